@@ -1,0 +1,188 @@
+"""Cross-field rules over a validated `Settings`, each failing with the key it blames."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+
+from infra.settings import Settings, parse_quantity
+
+
+class ConfigError(ValueError):
+    """A bad stack config value; `str()` is the one line shown to the user."""
+
+    def __init__(self, key: str, value: object, allowed: str, *, secret: bool = False) -> None:
+        from infra.settings import PROJECT
+
+        shown = "(unset)" if value is None else "[secret]" if secret else _show(value)
+        self.key = key if ":" in key else f"{PROJECT}:{key}"
+        super().__init__(f"config {self.key}={shown} is invalid: must be {allowed}")
+
+
+def _show(value: object) -> str:
+    """Config values as typed on the CLI: strings bare (empty as ""), anything else as JSON."""
+    import json
+
+    if isinstance(value, str):
+        return value or '""'
+    return json.dumps(value)
+
+
+Check = Callable[[Settings, bool], Iterator[ConfigError]]
+_CHECKS: list[Check] = []
+
+
+def check(fn: Check) -> Check:
+    _CHECKS.append(fn)
+    return fn
+
+
+def first_violation(settings: Settings, has_keys: bool) -> ConfigError | None:
+    """The first broken cross-field rule, or None; `has_keys` says the S3 key pair was set."""
+    for rule in _CHECKS:
+        for error in rule(settings, has_keys):
+            return error
+    return None
+
+
+@check
+def _gpus(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.job_gpus_per_node > 0 and s.job_procs_per_node > s.job_gpus_per_node:
+        yield ConfigError(
+            "jobProcsPerNode",
+            s.job_procs_per_node,
+            f"<= jobGpusPerNode ({s.job_gpus_per_node}): one process per GPU",
+        )
+    if s.job_backend == "nccl" and s.job_gpus_per_node == 0:
+        yield ConfigError("jobBackend", "nccl", "gloo or auto when jobGpusPerNode is 0 (nccl needs GPUs)")
+
+
+@check
+def _batch(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.job_scaling == "strong" and s.job_batch_size % s.world_size:
+        yield ConfigError(
+            "jobBatchSize",
+            s.job_batch_size,
+            f"divisible by the world size {s.world_size} (jobNodes x jobProcsPerNode) under strong scaling",
+        )
+    if s.job_scaling == "strong" and s.job_batch_size < s.world_size:
+        yield ConfigError("jobBatchSize", s.job_batch_size, f">= the world size {s.world_size}")
+
+
+@check
+def _names(s: Settings, _: bool) -> Iterator[ConfigError]:
+    full = f"{s.job_name}-{s.job_run_id}"
+    if len(full) > 40:
+        yield ConfigError(
+            "jobRunId",
+            s.job_run_id,
+            f"short enough that '{full}' (jobName-jobRunId) has at most 40 characters",
+        )
+
+
+@check
+def _storage(s: Settings, _: bool) -> Iterator[ConfigError]:
+    provider = s.storage_provider
+    if provider == "nfs-csi" and not s.nfs_server:
+        yield ConfigError(
+            "nfsServer", s.nfs_server, "the NFS server's address when storageProvider is nfs-csi"
+        )
+    if provider == "nfs-csi" and not s.nfs_share.startswith("/"):
+        yield ConfigError("nfsShare", s.nfs_share, "an absolute exported path such as /exports/ddp")
+    if provider == "aws-efs" and not re.fullmatch(r"fs-[0-9a-f]{8,17}", s.efs_file_system_id):
+        yield ConfigError(
+            "efsFileSystemId",
+            s.efs_file_system_id,
+            "an EFS id such as fs-0123456789abcdef0 when storageProvider is aws-efs",
+        )
+    if (
+        provider == "azure-files"
+        and s.azure_files_protocol == "nfs"
+        and not s.azure_files_sku.startswith("Premium")
+    ):
+        yield ConfigError(
+            "azureFilesSkuName", s.azure_files_sku, "Premium_LRS or Premium_ZRS with azureFilesProtocol nfs"
+        )
+    if provider == "gke-filestore":
+        for name, size in (
+            ("dataVolumeSize", s.data_volume_size),
+            ("checkpointVolumeSize", s.checkpoint_volume_size),
+        ):
+            if parse_quantity(size) < 2**40:
+                yield ConfigError(name, size, "at least 1Ti: the smallest Filestore instance")
+
+
+@check
+def _resources(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.job_cpu_limit and parse_quantity(s.job_cpu_request) > parse_quantity(s.job_cpu_limit):
+        yield ConfigError("jobCpuRequest", s.job_cpu_request, f"<= jobCpuLimit ({s.job_cpu_limit})")
+    if parse_quantity(s.job_memory_request) > parse_quantity(s.job_memory_limit):
+        yield ConfigError(
+            "jobMemoryRequest", s.job_memory_request, f"<= jobMemoryLimit ({s.job_memory_limit})"
+        )
+    if parse_quantity(s.job_shm_size) >= parse_quantity(s.job_memory_limit):
+        yield ConfigError(
+            "jobShmSize",
+            s.job_shm_size,
+            f"< jobMemoryLimit ({s.job_memory_limit}): /dev/shm counts against it",
+        )
+
+
+@check
+def _object_store(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
+    if s.minio_endpoint and not re.fullmatch(r"[A-Za-z0-9.-]+(:\d{1,5})?", s.minio_endpoint):
+        yield ConfigError(
+            "minioEndpoint",
+            s.minio_endpoint,
+            "host[:port] without a scheme, such as minio.minio.svc:9000 (minioTls picks https)",
+        )
+    if s.job_data_source == "s3" and not s.minio_endpoint:
+        yield ConfigError("minioEndpoint", s.minio_endpoint, "set when jobDataSource is s3")
+    if s.job_data_source == "s3" and not (has_keys or s.minio_existing_secret):
+        yield ConfigError(
+            "minioAccessKey",
+            None,
+            "set (with minioSecretKey, both --secret) or minioExistingSecret given when jobDataSource is s3",
+        )
+    if has_keys and s.minio_existing_secret:
+        yield ConfigError(
+            "minioExistingSecret",
+            s.minio_existing_secret,
+            "empty when minioAccessKey/minioSecretKey are set (choose one source)",
+        )
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", s.minio_bucket):
+        yield ConfigError(
+            "minioBucket", s.minio_bucket, "a bucket name: 3-63 lowercase letters, digits, '.', '-'"
+        )
+    if s.minio_prefix.startswith("/") or ".." in s.minio_prefix.split("/"):
+        yield ConfigError("minioPrefix", s.minio_prefix, "a relative key prefix without '..'")
+
+
+@check
+def _operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
+    source = s.operator_source
+    if "://" not in source and not source.startswith(("github.com/", "git@")):
+        return
+    ref = re.search(r"[?&]ref=([^&]+)", source)
+    if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
+        yield ConfigError(
+            "operatorSource",
+            source,
+            "a local path, or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> "
+            "(never a branch)",
+        )
+
+
+@check
+def _scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
+    from infra.scheduling import SchedulingError, affinity_terms, node_selector, tolerations
+
+    for name, parse, value in (
+        ("jobNodeSelector", node_selector, s.job_node_selector),
+        ("jobTolerations", tolerations, s.job_tolerations),
+        ("jobNodeAffinity", affinity_terms, s.job_node_affinity),
+    ):
+        try:
+            parse(value)
+        except SchedulingError as exc:
+            yield ConfigError(name, exc.entry, exc.allowed)

@@ -1,0 +1,144 @@
+"""Stack config -> `Settings`, failing with one line that names the key, the value and what is allowed.
+
+Pulumi hands a program its config as strings (`"2"`, `"true"`, JSON for arrays); `settings_from_raw`
+turns that map into the typed model. `load_settings` reads the running program's config and is the
+only place that touches `pulumi.Config`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+import pulumi
+from pydantic import ValidationError
+
+from infra.checks import ConfigError, first_violation
+from infra.settings import PROJECT, SECRET_KEYS, Settings
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """The S3 key pair from secret config; both stay Pulumi secrets."""
+
+    access_key_id: pulumi.Output[str]
+    secret_access_key: pulumi.Output[str]
+
+
+def _aliases() -> dict[str, str]:
+    return {field.alias or name: name for name, field in Settings.model_fields.items()}
+
+
+def _is_list(name: str) -> bool:
+    return get_origin(Settings.model_fields[name].annotation) is list
+
+
+def _allowed(error: Mapping[str, Any]) -> str:
+    kind, ctx = error["type"], error.get("ctx", {})
+    messages = {
+        "literal_error": lambda: f"one of {ctx.get('expected')}",
+        "greater_than_equal": lambda: f">= {ctx.get('ge')}",
+        "greater_than": lambda: f"> {ctx.get('gt')}",
+        "less_than_equal": lambda: f"<= {ctx.get('le')}",
+        "int_parsing": lambda: "an integer",
+        "int_from_float": lambda: "an integer",
+        "int_type": lambda: "an integer",
+        "float_parsing": lambda: "a number",
+        "float_type": lambda: "a number",
+        "bool_parsing": lambda: "true or false",
+        "bool_type": lambda: "true or false",
+        "list_type": lambda: "a list of strings",
+        "string_type": lambda: "a string",
+        "value_error": lambda: str(ctx.get("error", error["msg"])),
+    }
+    return messages.get(kind, lambda: str(error["msg"]))()
+
+
+def _parse_raw(alias: str, name: str, raw: str) -> Any:
+    if not _is_list(name):
+        return raw
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigError(alias, raw, "a list of strings (in YAML a list, on the CLI --path 'key[0]')")
+    return value
+
+
+def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Settings, bool]:
+    """Validate a stack's raw config map (`ddp-mnist:key` -> string). Returns the settings and
+    whether the S3 key pair is set. Raises ConfigError for the first bad key."""
+    aliases = _aliases()
+    values: dict[str, Any] = {}
+    prefix = f"{PROJECT}:"
+    for full_key in sorted(raw):
+        if not full_key.startswith(prefix):
+            continue  # provider settings such as kubernetes:context
+        alias = full_key[len(prefix) :]
+        if alias in SECRET_KEYS:
+            if full_key not in secret_keys:
+                raise ConfigError(
+                    alias,
+                    raw[full_key],
+                    f"set as a secret: pulumi config set --secret {alias} <value>",
+                    secret=True,
+                )
+            continue
+        if alias not in aliases:
+            close = difflib.get_close_matches(alias, [*aliases, *SECRET_KEYS], n=1)
+            hint = f"did you mean {close[0]}?" if close else "see the config block of Pulumi.yaml"
+            raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})")
+        values[alias] = _parse_raw(alias, aliases[alias], raw[full_key])
+    try:
+        settings = Settings.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        alias = str(error["loc"][0])
+        raise ConfigError(alias, values.get(alias, error.get("input")), _allowed(error)) from None
+    present = [k for k in SECRET_KEYS if f"{prefix}{k}" in raw]
+    if len(present) == 1:
+        missing = next(k for k in SECRET_KEYS if k not in present)
+        raise ConfigError(
+            missing, None, "set too: minioAccessKey and minioSecretKey go together", secret=True
+        )
+    violation = first_violation(settings, has_keys=bool(present))
+    if violation:
+        raise violation
+    return settings, bool(present)
+
+
+def _runtime_config() -> tuple[dict[str, str], set[str]]:
+    from pulumi.runtime import config as runtime_config
+
+    raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    secrets = set(runtime_config.get_config_secret_keys_env()) | set(runtime_config._SECRET_KEYS.get())
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}, secrets
+
+
+def load_settings() -> tuple[Settings, S3Credentials | None]:
+    """The running program's settings and, when configured, its S3 credentials (as secrets)."""
+    raw, secrets = _runtime_config()
+    settings, has_keys = settings_from_raw(raw, secrets)
+    if not has_keys:
+        return settings, None
+    config = pulumi.Config(PROJECT)
+    return settings, S3Credentials(
+        config.require_secret("minioAccessKey"), config.require_secret("minioSecretKey")
+    )
+
+
+def field_type_name(name: str) -> str:
+    """The Pulumi.yaml schema type of a model field."""
+    annotation = Settings.model_fields[name].annotation
+    if _is_list(name):
+        return "array"
+    types = set(get_args(annotation)) or {annotation}
+    if bool in types:
+        return "boolean"
+    if int in types:
+        return "integer"
+    return "string"

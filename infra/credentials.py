@@ -1,0 +1,49 @@
+"""The S3/MinIO credentials Secret, or a reference to an existing one."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.config import S3Credentials
+from infra.meta import labels
+from infra.settings import PROJECT, Settings
+
+ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+
+
+class ObjectStoreCredentials(pulumi.ComponentResource):
+    """Names the Secret the trainer reads its S3 keys from; creates it from secret config.
+
+    Pods only ever see the values through `secretKeyRef`; the Secret's data never becomes an output.
+    """
+
+    secret_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        credentials: S3Credentials | None,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:credentials:ObjectStoreCredentials", name, {}, opts)
+        if credentials is None:
+            self.secret_name = pulumi.Output.from_input(settings.minio_existing_secret)
+        else:
+            secret = k8s.core.v1.Secret(
+                f"{name}-secret",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=f"{PROJECT}-s3", namespace=namespace, labels=labels(settings, "credentials")
+                ),
+                type="Opaque",
+                string_data={
+                    ACCESS_KEY_ID: pulumi.Output.secret(credentials.access_key_id),
+                    SECRET_ACCESS_KEY: pulumi.Output.secret(credentials.secret_access_key),
+                },
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.secret_name = secret.metadata.name
+        self.register_outputs({"secret_name": self.secret_name})

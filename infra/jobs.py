@@ -1,0 +1,182 @@
+"""The training job: a Kubeflow PyTorchJob, or an Indexed Job with its headless Service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.meta import BAD_INPUT_EXIT_CODES, CONTAINER, JobNames, labels
+from infra.podspec import pod_labels, pod_template, rendezvous_env
+from infra.settings import PROJECT, Settings
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """What the job needs from the other components."""
+
+    names: JobNames
+    data_claim: pulumi.Input[str]
+    checkpoint_claim: pulumi.Input[str]
+    secret_name: pulumi.Input[str] | None
+    # Resources that must exist before the job object (the operator's CRD and webhook). Passed to the
+    # job resource itself: a component's depends_on does not hold back the children it registers.
+    after: tuple[pulumi.Resource, ...] = ()
+
+
+def job_metadata(
+    settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str], done_condition: str
+) -> k8s.meta.v1.ObjectMetaArgs:
+    """Name, labels (Kueue queue) and the annotations that tell Pulumi whether to wait for the run."""
+    job_labels = labels(settings, "trainer")
+    if settings.job_queue_name:
+        job_labels["kueue.x-k8s.io/queue-name"] = settings.job_queue_name
+    if settings.job_wait:
+        annotations = {
+            "pulumi.com/waitFor": f"condition={done_condition}",
+            "pulumi.com/timeoutSeconds": str(settings.job_wait_timeout_seconds),
+        }
+    else:
+        annotations = {"pulumi.com/skipAwait": "true"}
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=inputs.names.job, namespace=namespace, labels=job_labels, annotations=annotations
+    )
+
+
+def _template(
+    settings: Settings, inputs: JobInputs, **kind_specific: object
+) -> k8s.core.v1.PodTemplateSpecArgs:
+    return pod_template(
+        settings,
+        inputs.names,
+        data_claim=inputs.data_claim,
+        checkpoint_claim=inputs.checkpoint_claim,
+        secret_name=inputs.secret_name,
+        **kind_specific,
+    )  # type: ignore[arg-type]
+
+
+class PyTorchJob(pulumi.ComponentResource):
+    """A kubeflow.org/v1 PyTorchJob: one Master and jobNodes-1 Workers, nprocPerNode processes each."""
+
+    job_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        inputs: JobInputs,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:training:PyTorchJob", name, {}, opts)
+        template = _template(settings, inputs)
+        replica = {"restartPolicy": settings.job_restart_policy, "template": template}
+        replicas = {"Master": {"replicas": 1, **replica}}
+        if settings.job_nodes > 1:
+            replicas["Worker"] = {"replicas": settings.job_nodes - 1, **replica}
+        run_policy: dict[str, object] = {
+            "cleanPodPolicy": settings.job_clean_pod_policy,
+            "backoffLimit": settings.job_backoff_limit,
+        }
+        if settings.job_active_deadline_seconds is not None:
+            run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
+        if settings.job_ttl_seconds_after_finished is not None:
+            run_policy["ttlSecondsAfterFinished"] = settings.job_ttl_seconds_after_finished
+        job = k8s.apiextensions.CustomResource(
+            f"{name}-job",
+            api_version="kubeflow.org/v1",
+            kind="PyTorchJob",
+            metadata=job_metadata(settings, inputs, namespace, "Succeeded"),
+            spec={
+                "nprocPerNode": str(settings.job_procs_per_node),
+                "runPolicy": run_policy,
+                "pytorchReplicaSpecs": replicas,
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after)),
+        )
+        # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
+        self.job_name = job.id.apply(lambda _: inputs.names.job)
+        self.register_outputs({"job_name": self.job_name})
+
+
+class IndexedJob(pulumi.ComponentResource):
+    """A batch/v1 Indexed Job (one index per node) and the headless Service that names its pods."""
+
+    job_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        inputs: JobInputs,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:training:IndexedJob", name, {}, opts)
+        names = inputs.names
+        child = pulumi.ResourceOptions(parent=self)
+        service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=names.service, namespace=namespace, labels=labels(settings, "trainer")
+            ),
+            spec=k8s.core.v1.ServiceSpecArgs(
+                cluster_ip="None",
+                publish_not_ready_addresses=True,  # workers resolve the master before it is Ready
+                selector=pod_labels(settings, names),
+                ports=[
+                    k8s.core.v1.ServicePortArgs(
+                        name="rendezvous", port=settings.job_master_port, target_port=settings.job_master_port
+                    )
+                ],
+            ),
+            opts=child,
+        )
+        nodes = settings.job_nodes
+        template = _template(
+            settings,
+            inputs,
+            extra_env=rendezvous_env(settings, names),
+            subdomain=names.service,
+            restart_policy="Never",
+        )
+        job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=job_metadata(settings, inputs, namespace, "Complete"),
+            spec=k8s.batch.v1.JobSpecArgs(
+                completion_mode="Indexed",
+                completions=nodes,
+                parallelism=nodes,
+                backoff_limit_per_index=settings.job_backoff_limit,
+                active_deadline_seconds=settings.job_active_deadline_seconds,
+                ttl_seconds_after_finished=settings.job_ttl_seconds_after_finished,
+                pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
+                    rules=[
+                        # The trainer's "bad input" codes will fail again on retry: stop at once.
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="FailJob",
+                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
+                                container_name=CONTAINER, operator="In", values=list(BAD_INPUT_EXIT_CODES)
+                            ),
+                        ),
+                        # Evictions and preemptions are not the trainer's fault: do not count them.
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="Ignore",
+                            on_pod_conditions=[
+                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
+                                    type="DisruptionTarget", status="True"
+                                )
+                            ],
+                        ),
+                    ]
+                ),
+                template=template,
+            ),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[service, *inputs.after])
+            ),
+        )
+        self.job_name = job.metadata.name
+        self.register_outputs({"job_name": self.job_name})

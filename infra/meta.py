@@ -1,0 +1,47 @@
+"""Names and labels shared by every component, derived from the settings alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from infra.settings import PROJECT, Settings
+
+JOB_LABEL = f"{PROJECT}.io/job"
+CONTAINER = "pytorch"  # the training operator finds the container by this name
+PORT_NAME = "pytorchjob-port"  # ...and the rendezvous port by this one
+BAD_INPUT_EXIT_CODES = (2, 3, 4)  # trainer: bad flags, bad data, rejected S3 credentials
+DATA_MOUNT = "/data"
+CHECKPOINT_MOUNT = "/checkpoints"
+
+
+def labels(settings: Settings, component: str) -> dict[str, str]:
+    """The app.kubernetes.io labels every object of the stack carries."""
+    del settings  # one bundle per namespace; the stack name tells instances apart
+    return {
+        "app.kubernetes.io/name": PROJECT,
+        "app.kubernetes.io/instance": pulumi.get_stack(),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PROJECT,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }
+
+
+@dataclass(frozen=True)
+class JobNames:
+    """Every name the training job's objects use, fixed by jobName and jobRunId."""
+
+    job: str
+    service: str
+    checkpoint_dir: str
+
+    @property
+    def master_host(self) -> str:
+        """The Indexed Job's rank-0 pod as its headless Service publishes it."""
+        return f"{self.job}-0.{self.service}"
+
+
+def job_names(settings: Settings) -> JobNames:
+    job = f"{settings.job_name}-{settings.job_run_id}"
+    return JobNames(job=job, service=job, checkpoint_dir=f"{CHECKPOINT_MOUNT}/{job}")

@@ -1,0 +1,262 @@
+"""The one pod template every job kind runs: image, torchrun command, env, volumes, security, placement.
+
+PyTorchJob and Indexed Job differ only in who supplies the `PET_*` variables the command reads
+(the training operator, or the Job's own env from `rendezvous_env`); everything else is built here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra import scheduling
+from infra.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+from infra.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
+from infra.settings import Settings, parse_quantity
+
+core = k8s.core.v1
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+CACHE_MOUNT = "/cache"
+
+
+def data_uri(settings: Settings) -> str:
+    """What the trainer's --data points at: the data PVC's MNIST root, or the bucket prefix."""
+    if settings.job_data_source == "s3":
+        return f"s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/")
+    return f"{DATA_MOUNT}/mnist"
+
+
+def trainer_args(settings: Settings, names: JobNames) -> list[str]:
+    """The flags of `python -m trainer` (see trainer/cli.py), identical on every node."""
+    return [
+        f"--data={data_uri(settings)}",
+        f"--cache-dir={CACHE_MOUNT}",
+        f"--checkpoint-dir={names.checkpoint_dir}",
+        f"--epochs={settings.job_epochs}",
+        f"--batch-size={settings.job_batch_size}",
+        f"--scaling={settings.job_scaling}",
+        f"--lr={settings.job_learning_rate}",
+        f"--lr-scaling={settings.job_lr_scaling}",
+        f"--checkpoint-every={settings.job_checkpoint_every}",
+        f"--backend={settings.backend}",
+        f"--seed={settings.job_seed}",
+        f"--dist-timeout={settings.job_dist_timeout_seconds}",
+    ]
+
+
+def container_command(settings: Settings, names: JobNames) -> tuple[list[str], list[str]]:
+    """(command, args): torchrun behind the launcher that waits for the master and keeps exit codes.
+
+    Every rendezvous value is a `$(PET_*)` reference that Kubernetes expands from the container's
+    env, so the master address and node rank come from the env (operator- or Job-supplied), never
+    from a literal.
+    """
+    torchrun = [
+        "--nnodes=$(PET_NNODES)",
+        "--node-rank=$(PET_NODE_RANK)",
+        "--nproc-per-node=$(PET_NPROC_PER_NODE)",
+        "--master-addr=$(PET_MASTER_ADDR)",
+        "--master-port=$(PET_MASTER_PORT)",
+        "--max-restarts=0",
+    ]
+    launcher = [f"--master-wait-timeout={settings.job_master_wait_seconds}", "--"]
+    return ["python", "-m", "trainer.launch"], [
+        *launcher,
+        *torchrun,
+        "-m",
+        "trainer",
+        *trainer_args(settings, names),
+    ]
+
+
+def rendezvous_env(settings: Settings, names: JobNames) -> list[core.EnvVarArgs]:
+    """What an Indexed Job's pod must set itself (the training operator injects these on a PyTorchJob)."""
+    rank = core.EnvVarSourceArgs(
+        field_ref=core.ObjectFieldSelectorArgs(
+            field_path=f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"
+        )
+    )
+    return [
+        core.EnvVarArgs(name="PET_NODE_RANK", value_from=rank),
+        core.EnvVarArgs(name="PET_NNODES", value=str(settings.job_nodes)),
+        core.EnvVarArgs(name="PET_NPROC_PER_NODE", value=str(settings.job_procs_per_node)),
+        core.EnvVarArgs(name="PET_MASTER_ADDR", value=names.master_host),
+        core.EnvVarArgs(name="PET_MASTER_PORT", value=str(settings.job_master_port)),
+    ]
+
+
+def threads_per_process(settings: Settings) -> int:
+    """CPU cores requested per training process, at least 1 (OMP_NUM_THREADS)."""
+    return max(1, math.floor(parse_quantity(settings.job_cpu_request) / settings.job_procs_per_node))
+
+
+def _env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core.EnvVarArgs]:
+    env = [
+        core.EnvVarArgs(name="OMP_NUM_THREADS", value=str(threads_per_process(settings))),
+        core.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
+        core.EnvVarArgs(name="HOME", value="/tmp"),
+    ]
+    if settings.backend == "nccl":
+        env += [
+            core.EnvVarArgs(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1"),
+            core.EnvVarArgs(name="NCCL_DEBUG", value="WARN"),
+        ]
+    if settings.minio_endpoint:
+        scheme = "https" if settings.minio_tls else "http"
+        env += [
+            core.EnvVarArgs(name="AWS_ENDPOINT_URL", value=f"{scheme}://{settings.minio_endpoint}"),
+            core.EnvVarArgs(name="AWS_REGION", value=settings.minio_region),
+        ]
+    if secret_name is not None:
+        env += [
+            core.EnvVarArgs(
+                name=var,
+                value_from=core.EnvVarSourceArgs(
+                    secret_key_ref=core.SecretKeySelectorArgs(name=secret_name, key=var)
+                ),
+            )
+            for var in (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+        ]
+    return env
+
+
+def _resources(settings: Settings) -> core.ResourceRequirementsArgs:
+    requests = {"cpu": settings.job_cpu_request, "memory": settings.job_memory_request}
+    limits = {"memory": settings.job_memory_limit}
+    if settings.job_cpu_limit:
+        limits["cpu"] = settings.job_cpu_limit
+    if settings.job_gpus_per_node:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(settings.job_gpus_per_node)
+    return core.ResourceRequirementsArgs(requests=requests, limits=limits)
+
+
+def _volumes(
+    settings: Settings,
+    data_claim: pulumi.Input[str],
+    checkpoint_claim: pulumi.Input[str],
+) -> tuple[list[core.VolumeArgs], list[core.VolumeMountArgs]]:
+    empty = core.EmptyDirVolumeSourceArgs
+    volumes = [
+        core.VolumeArgs(
+            name="checkpoints",
+            persistent_volume_claim=core.PersistentVolumeClaimVolumeSourceArgs(claim_name=checkpoint_claim),
+        ),
+        core.VolumeArgs(name="dshm", empty_dir=empty(medium="Memory", size_limit=settings.job_shm_size)),
+        core.VolumeArgs(name="tmp", empty_dir=empty(size_limit="1Gi")),
+        core.VolumeArgs(name="cache", empty_dir=empty(size_limit="1Gi")),
+    ]
+    mounts = [
+        core.VolumeMountArgs(name="checkpoints", mount_path=CHECKPOINT_MOUNT),
+        core.VolumeMountArgs(name="dshm", mount_path="/dev/shm"),
+        core.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        core.VolumeMountArgs(name="cache", mount_path=CACHE_MOUNT),
+    ]
+    if settings.job_data_source == "pvc":
+        volumes.insert(
+            0,
+            core.VolumeArgs(
+                name="data",
+                persistent_volume_claim=(
+                    core.PersistentVolumeClaimVolumeSourceArgs(claim_name=data_claim, read_only=True)
+                ),
+            ),
+        )
+        mounts.insert(0, core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT, read_only=True))
+    return volumes, mounts
+
+
+def _affinity(settings: Settings, names: JobNames) -> core.AffinityArgs | None:
+    node = pod_anti = None
+    expressions = scheduling.affinity_terms(settings.job_node_affinity)
+    if expressions:
+        node = core.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(
+                node_selector_terms=[core.NodeSelectorTermArgs(match_expressions=expressions)]
+            )
+        )
+    if settings.job_one_pod_per_node:
+        pod_anti = core.PodAntiAffinityArgs(
+            required_during_scheduling_ignored_during_execution=[
+                core.PodAffinityTermArgs(
+                    topology_key="kubernetes.io/hostname",
+                    label_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={JOB_LABEL: names.job}),
+                )
+            ]
+        )
+    if node is None and pod_anti is None:
+        return None
+    return core.AffinityArgs(node_affinity=node, pod_anti_affinity=pod_anti)
+
+
+def _tolerations(settings: Settings) -> list[dict[str, str]]:
+    tolerations = scheduling.tolerations(settings.job_tolerations)
+    if settings.job_gpus_per_node and not any(t["key"] == "nvidia.com/gpu" for t in tolerations):
+        tolerations.append(dict(scheduling.GPU_TOLERATION))
+    return tolerations
+
+
+def pod_labels(settings: Settings, names: JobNames) -> dict[str, str]:
+    return {**labels(settings, "trainer"), JOB_LABEL: names.job}
+
+
+def pod_template(
+    settings: Settings,
+    names: JobNames,
+    *,
+    data_claim: pulumi.Input[str],
+    checkpoint_claim: pulumi.Input[str],
+    secret_name: pulumi.Input[str] | None,
+    extra_env: Sequence[core.EnvVarArgs] = (),
+    subdomain: str | None = None,
+    restart_policy: str | None = None,
+) -> core.PodTemplateSpecArgs:
+    """The trainer pod, Pod Security 'restricted', for any job kind."""
+    command, args = container_command(settings, names)
+    volumes, mounts = _volumes(settings, data_claim, checkpoint_claim)
+    uid = settings.job_run_as_user
+    container = core.ContainerArgs(
+        name=CONTAINER,
+        image=settings.job_image,
+        image_pull_policy=settings.job_image_pull_policy,
+        command=command,
+        args=args,
+        env=[*_env(settings, secret_name), *extra_env],
+        ports=[core.ContainerPortArgs(name=PORT_NAME, container_port=settings.job_master_port)],
+        resources=_resources(settings),
+        volume_mounts=mounts,
+        security_context=core.SecurityContextArgs(
+            allow_privilege_escalation=False,
+            capabilities=core.CapabilitiesArgs(drop=["ALL"]),
+            read_only_root_filesystem=True,
+            run_as_non_root=True,
+        ),
+    )
+    return core.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            labels=pod_labels(settings, names),
+            annotations={"sidecar.istio.io/inject": "false"},
+        ),
+        spec=core.PodSpecArgs(
+            containers=[container],
+            volumes=volumes,
+            restart_policy=restart_policy,
+            subdomain=subdomain,
+            automount_service_account_token=False,
+            enable_service_links=False,
+            node_selector=scheduling.node_selector(settings.job_node_selector) or None,
+            tolerations=_tolerations(settings) or None,
+            affinity=_affinity(settings, names),
+            priority_class_name=settings.job_priority_class_name or None,
+            security_context=core.PodSecurityContextArgs(
+                run_as_non_root=True,
+                run_as_user=uid,
+                run_as_group=uid,
+                fs_group=uid,
+                fs_group_change_policy="OnRootMismatch",
+                seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
+            ),
+        ),
+    )

@@ -1,0 +1,82 @@
+"""Composes the stack: namespace, storage, credentials, operator, training job, outputs."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.config import S3Credentials
+from infra.credentials import ObjectStoreCredentials
+from infra.jobs import IndexedJob, JobInputs, PyTorchJob
+from infra.meta import JOB_LABEL, job_names, labels
+from infra.settings import Settings
+from infra.training_operator import TrainingOperator
+
+
+def _namespace(settings: Settings) -> pulumi.Input[str]:
+    if not settings.create_namespace:
+        return settings.namespace
+    enforce = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    namespace = k8s.core.v1.Namespace(
+        "namespace",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=settings.namespace, labels={**labels(settings, "namespace"), **enforce}
+        ),
+    )
+    return namespace.metadata.name
+
+
+def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
+    """Registers every resource of the stack; returns the stack outputs (no secret among them)."""
+    from infra.storage import TrainingStorage
+
+    namespace = _namespace(settings)
+    storage = TrainingStorage("storage", settings, namespace)
+    uses_secret = credentials is not None or bool(settings.minio_existing_secret)
+    secret_name = None
+    if uses_secret:
+        secret_name = ObjectStoreCredentials("s3", settings, credentials, namespace).secret_name
+    names = job_names(settings)
+    after = (TrainingOperator("training-operator", settings),) if settings.operator_install else ()
+    inputs = JobInputs(
+        names=names,
+        data_claim=storage.data_claim,
+        checkpoint_claim=storage.checkpoint_claim,
+        secret_name=secret_name,
+        after=after,
+    )
+    if settings.job_kind == "pytorchjob":
+        job: PyTorchJob | IndexedJob = PyTorchJob("trainer", settings, inputs, namespace)
+        kind = "pytorchjob"
+    else:
+        job = IndexedJob("trainer", settings, inputs, namespace)
+        kind = "job"
+    ns = settings.namespace
+    return {
+        "namespace": namespace,
+        "jobKind": settings.job_kind,
+        "jobName": job.job_name,
+        "dataClaim": storage.data_claim,
+        "checkpointClaim": storage.checkpoint_claim,
+        "storageClass": storage.storage_class,
+        "s3SecretName": secret_name,
+        "checkpointDir": names.checkpoint_dir,
+        "logsCommand": f"kubectl -n {ns} logs -f -l {JOB_LABEL}={names.job} --prefix "
+        f"--max-log-requests={settings.job_nodes + 1}",
+        "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
+        "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
+    }
+
+
+def main() -> None:
+    """The Pulumi program: bad config stops it with one line, before any resource is registered."""
+    from infra.checks import ConfigError
+    from infra.config import load_settings
+
+    try:
+        settings, credentials = load_settings()
+    except ConfigError as exc:
+        raise pulumi.RunError(str(exc)) from None
+    for name, value in build(settings, credentials).items():
+        if value is not None:
+            pulumi.export(name, value)

@@ -1,0 +1,149 @@
+"""Offline render: `python -m infra.render --stack NAME [--out DIR] [--validate]`.
+
+Runs the real Pulumi program with the stack's config under Pulumi's mock runtime, writes every
+Kubernetes object it would create as deterministic YAML and prints a preview-like table.
+
+Exit codes: 0 rendered; 2 bad stack config or unknown stack (nothing written); 3 a rendered object
+failed schema validation (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from infra.manifest import Rendering, render, to_yaml
+from infra.stackconfig import ROOT, StackNotFound, load_stack
+
+EXIT_CONFIG = 2
+EXIT_INVALID = 3
+DEFAULT_CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+
+
+def _pod_facts(template: dict[str, Any]) -> str:
+    container = template["spec"]["containers"][0]
+    limits = container.get("resources", {}).get("limits", {})
+    backend = next((a.split("=", 1)[1] for a in container.get("args", []) if a.startswith("--backend=")), "?")
+    return f"gpus/node={limits.get('nvidia.com/gpu', 0)} backend={backend} image={container['image']}"
+
+
+def describe(obj: dict[str, Any]) -> str:
+    """The key facts of one object, for the summary table."""
+    kind, spec = obj["kind"], obj.get("spec", {})
+    if kind == "Namespace":
+        return (
+            f"pod-security={obj['metadata'].get('labels', {}).get('pod-security.kubernetes.io/enforce', '-')}"
+        )
+    if kind == "StorageClass":
+        return f"provisioner={obj['provisioner']} reclaim={obj.get('reclaimPolicy', 'Delete')}"
+    if kind == "PersistentVolumeClaim":
+        return (
+            f"{','.join(spec['accessModes'])} {spec['resources']['requests']['storage']} "
+            f"class={spec.get('storageClassName', '-')}"
+        )
+    if kind == "Secret":
+        return f"keys={','.join(sorted(obj.get('stringData', obj.get('data', {}))))} (values redacted)"
+    if kind == "Service":
+        return f"headless={spec.get('clusterIP') == 'None'} ports={[p['port'] for p in spec['ports']]}"
+    if kind == "PyTorchJob":
+        replicas = spec["pytorchReplicaSpecs"]
+        nodes = sum(r["replicas"] for r in replicas.values())
+        return f"nodes={nodes} procs/node={spec['nprocPerNode']} {_pod_facts(replicas['Master']['template'])}"
+    if kind == "Job":
+        return f"indexed nodes={spec['completions']} {_pod_facts(spec['template'])}"
+    return ""
+
+
+def summary(rendering: Rendering) -> str:
+    rows = [(o["kind"], o["metadata"]["name"], describe(o)) for o in rendering.objects]
+    rows += [("kustomize", r.name, f"source={r.inputs.get('directory')}") for r in rendering.external]
+    width = [max(len(r[i]) for r in rows + [("KIND", "NAME", "")]) for i in range(2)]
+    lines = [f"{'KIND':<{width[0]}}  {'NAME':<{width[1]}}  DETAILS"]
+    lines += [f"{k:<{width[0]}}  {n:<{width[1]}}  {d}" for k, n, d in rows]
+    return "\n".join(lines)
+
+
+def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> list[str]:
+    """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs."""
+    import kubernetes_validate
+
+    from infra.crd import crd_validator
+
+    errors = []
+    validator = crd_validator(crd) if crd else None
+    for obj in rendering.objects:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["apiVersion"].startswith("kubeflow.org/"):
+            if validator is not None:
+                errors += [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
+            continue
+        try:
+            kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            errors.append(f"{where}: {exc.message} at {'.'.join(map(str, exc.path))}")
+    return errors
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write(text)
+        tmp.flush()
+        os.fsync(tmp.fileno())
+    os.replace(tmp.name, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from infra.checks import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "build" / "rendered",
+        help="directory for <stack>.yaml (default: build/rendered)",
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="check built-in objects with kubernetes-validate --strict for the stack's "
+        "kubernetesVersion and PyTorchJobs against the CRD schema",
+    )
+    parser.add_argument(
+        "--crd",
+        type=Path,
+        default=DEFAULT_CRD,
+        help="PyTorchJob CRD file for --validate (default: ../shared/k8s/crds/...)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        rendering = render(load_stack(args.stack))
+    except (ConfigError, StackNotFound) as exc:
+        print(f"render: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(summary(rendering))
+    if args.validate:
+        from infra.config import settings_from_raw
+
+        stack = load_stack(args.stack)
+        version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
+        crd = args.crd if args.crd.is_file() else None
+        errors = validation_errors(rendering, version, crd)
+        if errors:
+            print("\n".join(f"render: invalid {e}" for e in errors), file=sys.stderr)
+            return EXIT_INVALID
+        crd_note = "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
+        print(f"validated: built-in objects against Kubernetes {version} (strict); {crd_note}")
+    path = args.out / f"{args.stack}.yaml"
+    write_atomic(path, to_yaml(rendering))
+    print(f"wrote {len(rendering.objects)} objects to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

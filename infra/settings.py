@@ -1,0 +1,374 @@
+"""The stack's typed settings: one field per project config key, validated once.
+
+Every field carries its config key (the alias), its default and its description; `Pulumi.yaml`'s
+`config:` schema is generated from this model (`python -m infra.schema`), so the two cannot drift.
+Cross-field rules live in `infra.checks`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PROJECT = "ddp-mnist"
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+K8S_VERSIONS = tuple(f"1.{minor}" for minor in range(29, 38))
+
+# Config keys that hold secrets: read with `require_secret`, never part of the plain model.
+SECRET_KEYS = {
+    "minioAccessKey": "S3/MinIO access key id; set with `pulumi config set --secret minioAccessKey`.",
+    "minioSecretKey": "S3/MinIO secret access key; set with `pulumi config set --secret minioSecretKey`.",
+}
+
+
+def key(alias: str, default: Any, description: str, **constraints: Any) -> Any:
+    """A model field bound to the project config key `alias`."""
+    return Field(default, alias=alias, description=description, **constraints)
+
+
+def _dns(value: str, pattern: re.Pattern[str], what: str, limit: int = 63) -> str:
+    if len(value) > limit or not pattern.match(value):
+        raise ValueError(f"a {what} (lowercase letters, digits and '-', at most {limit} characters)")
+    return value
+
+
+class Settings(BaseModel):
+    """Everything one stack needs; built once from stack config by `infra.config.load_settings`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # --- cluster -----------------------------------------------------------------------------
+    namespace: str = key("namespace", "ddp-mnist", "Namespace of every namespaced object.")
+    create_namespace: bool = key(
+        "createNamespace",
+        True,
+        "Create the namespace, labelled to enforce Pod Security 'restricted'; false uses an existing one.",
+    )
+    kubernetes_version: Literal[K8S_VERSIONS] = key(  # type: ignore[valid-type]
+        "kubernetesVersion",
+        "1.33",
+        "Target Kubernetes minor version; the offline render validates against it.",
+    )
+
+    # --- storage -----------------------------------------------------------------------------
+    storage_provider: Literal["nfs-csi", "gke-filestore", "azure-files", "aws-efs", "existing"] = key(
+        "storageProvider",
+        "nfs-csi",
+        "ReadWriteMany backend: a StorageClass preset to create, or 'existing' for storageClassName as is.",
+    )
+    storage_class_name: str = key(
+        "storageClassName",
+        "ddp-mnist-rwx",
+        "Name of the StorageClass to create, or of the existing one to use.",
+    )
+    storage_reclaim_policy: Literal["Retain", "Delete"] = key(
+        "storageReclaimPolicy", "Retain", "reclaimPolicy of a created StorageClass."
+    )
+    nfs_server: str = key("nfsServer", "", "NFS server address (storageProvider nfs-csi).")
+    nfs_share: str = key("nfsShare", "/", "Exported NFS path (storageProvider nfs-csi).")
+    nfs_mount_options: list[str] = key(
+        "nfsMountOptions", ["nfsvers=4.1"], "NFS mount options (storageProvider nfs-csi)."
+    )
+    filestore_tier: Literal["standard", "premium", "zonal", "enterprise"] = key(
+        "filestoreTier", "standard", "GKE Filestore tier (storageProvider gke-filestore)."
+    )
+    filestore_network: str = key(
+        "filestoreNetwork",
+        "default",
+        "VPC network of the Filestore instances (storageProvider gke-filestore).",
+    )
+    azure_files_sku: Literal["Premium_LRS", "Premium_ZRS", "Standard_LRS", "Standard_ZRS", "Standard_GRS"] = (
+        key(
+            "azureFilesSkuName",
+            "Premium_LRS",
+            "Azure Files SKU (storageProvider azure-files); NFS needs Premium.",
+        )
+    )
+    azure_files_protocol: Literal["nfs", "smb"] = key(
+        "azureFilesProtocol", "nfs", "Azure Files protocol (storageProvider azure-files)."
+    )
+    efs_file_system_id: str = key(
+        "efsFileSystemId", "", "EFS file system id, fs-... (storageProvider aws-efs)."
+    )
+    data_volume_size: str = key("dataVolumeSize", "10Gi", "Size of the training-data PVC (a quantity).")
+    checkpoint_volume_size: str = key(
+        "checkpointVolumeSize", "20Gi", "Size of the checkpoint/model PVC (a quantity)."
+    )
+    checkpoint_volume_retain: bool = key(
+        "checkpointVolumeRetain",
+        True,
+        "Keep the checkpoint PVC in the cluster when the stack is destroyed (retainOnDelete).",
+    )
+
+    # --- S3 / MinIO --------------------------------------------------------------------------
+    minio_endpoint: str = key(
+        "minioEndpoint", "", "S3/MinIO endpoint as host[:port]; empty when no object store is used."
+    )
+    minio_tls: bool = key("minioTls", True, "Reach the endpoint over https (true) or http (false).")
+    minio_bucket: str = key("minioBucket", "mnist", "Bucket holding the MNIST files.")
+    minio_prefix: str = key("minioPrefix", "mnist", "Key prefix of the MNIST files inside the bucket.")
+    minio_region: str = key("minioRegion", "us-east-1", "Region name sent to the S3 API.")
+    minio_existing_secret: str = key(
+        "minioExistingSecret",
+        "",
+        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
+        "use instead of minioAccessKey/minioSecretKey.",
+    )
+
+    # --- training operator -------------------------------------------------------------------
+    operator_install: bool = key(
+        "operatorInstall", True, "Install the Kubeflow training operator; false assumes it is present."
+    )
+    operator_version: str = key(
+        "operatorVersion", "v1.9.4", "Pinned training-operator release tag (vMAJOR.MINOR.PATCH)."
+    )
+    operator_source: str = key(
+        "operatorSource",
+        "",
+        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path or a git URL "
+        "with ?ref=<tag or commit>; empty uses the upstream standalone overlay at operatorVersion.",
+    )
+
+    # --- training job ------------------------------------------------------------------------
+    job_kind: Literal["pytorchjob", "indexed-job"] = key(
+        "jobKind", "pytorchjob", "Kubeflow PyTorchJob, or a plain Indexed Job with a headless Service."
+    )
+    job_name: str = key("jobName", "mnist", "Base name of the job; the run id is appended.")
+    job_run_id: str = key(
+        "jobRunId",
+        "r1",
+        "Run id: part of the job's name and checkpoint directory; change it to start a new run.",
+    )
+    job_nodes: int = key("jobNodes", 2, "Number of pods (nodes) in the job.", ge=1, le=512)
+    job_procs_per_node: int = key(
+        "jobProcsPerNode", 1, "Training processes per pod (one per GPU on GPU pools).", ge=1, le=16
+    )
+    job_gpus_per_node: int = key(
+        "jobGpusPerNode", 0, "nvidia.com/gpu requested per pod; 0 trains on CPU.", ge=0, le=16
+    )
+    job_image: str = key(
+        "jobImage",
+        "ghcr.io/ddp-mnist/trainer:0.1.0",
+        "Trainer image, pinned by tag or digest (':latest' and untagged are rejected).",
+    )
+    job_image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = key(
+        "jobImagePullPolicy", "IfNotPresent", "imagePullPolicy of the trainer container."
+    )
+    job_backend: Literal["auto", "nccl", "gloo"] = key(
+        "jobBackend", "auto", "torch.distributed backend; auto picks nccl with GPUs, else gloo."
+    )
+    job_epochs: int = key("jobEpochs", 3, "Training epochs.", ge=1, le=1000)
+    job_batch_size: int = key(
+        "jobBatchSize",
+        256,
+        "Batch size: global under strong scaling, per process under weak.",
+        ge=1,
+        le=65536,
+    )
+    job_scaling: Literal["strong", "weak"] = key(
+        "jobScaling", "strong", "strong: global batch fixed; weak: per-process batch fixed."
+    )
+    job_learning_rate: float = key(
+        "jobLearningRate", 0.01, "Base learning rate (a decimal string in config).", gt=0, le=10
+    )
+    job_lr_scaling: Literal["none", "linear", "sqrt"] = key(
+        "jobLrScaling", "none", "Scale the learning rate with the world size."
+    )
+    job_data_source: Literal["pvc", "s3"] = key(
+        "jobDataSource", "pvc", "Read MNIST from the data PVC, or from the S3/MinIO bucket."
+    )
+    job_checkpoint_every: int = key(
+        "jobCheckpointEvery", 1, "Checkpoint every N epochs (0: only at the end).", ge=0, le=1000
+    )
+    job_seed: int = key("jobSeed", 0, "Random seed.", ge=0)
+    job_cpu_request: str = key("jobCpuRequest", "2", "CPU request per pod (a quantity).")
+    job_cpu_limit: str = key("jobCpuLimit", "", "CPU limit per pod (a quantity); empty sets none.")
+    job_memory_request: str = key("jobMemoryRequest", "2Gi", "Memory request per pod (a quantity).")
+    job_memory_limit: str = key("jobMemoryLimit", "4Gi", "Memory limit per pod (a quantity).")
+    job_shm_size: str = key("jobShmSize", "1Gi", "Size of the memory-backed /dev/shm (a quantity).")
+    job_node_selector: list[str] = key(
+        "jobNodeSelector", [], "Node labels the pods require, each 'key=value'."
+    )
+    job_tolerations: list[str] = key(
+        "jobTolerations",
+        [],
+        "Taints tolerated, each 'key[=value]:Effect'; GPU stacks always tolerate nvidia.com/gpu.",
+    )
+    job_node_affinity: list[str] = key(
+        "jobNodeAffinity",
+        [],
+        "Required node affinity, each 'key in a,b', 'key notin a,b', 'key exists' or 'key doesnotexist'.",
+    )
+    job_one_pod_per_node: bool = key(
+        "jobOnePodPerNode", False, "Anti-affinity: never place two pods of the job on one node."
+    )
+    job_priority_class_name: str = key("jobPriorityClassName", "", "priorityClassName of the pods.")
+    job_ttl_seconds_after_finished: int | None = key(
+        "jobTtlSecondsAfterFinished", None, "Delete the finished job after N seconds (opt-in).", ge=0
+    )
+    job_active_deadline_seconds: int | None = key(
+        "jobActiveDeadlineSeconds", None, "Fail the job after N seconds of running.", ge=1
+    )
+    job_backoff_limit: int = key(
+        "jobBackoffLimit",
+        3,
+        "Retries: PyTorchJob backoffLimit, or the Indexed Job's backoff per index.",
+        ge=0,
+        le=100,
+    )
+    job_restart_policy: Literal["OnFailure", "Never", "ExitCode"] = key(
+        "jobRestartPolicy",
+        "ExitCode",
+        "PyTorchJob replica restart policy; ExitCode retries only signals/128+ codes.",
+    )
+    job_clean_pod_policy: Literal["None", "Running", "All"] = key(
+        "jobCleanPodPolicy", "None", "PyTorchJob cleanPodPolicy: which pods to delete when the job ends."
+    )
+    job_wait: bool = key("jobWait", False, "Make `pulumi up` wait until the job has succeeded.")
+    job_wait_timeout_seconds: int = key(
+        "jobWaitTimeoutSeconds", 3600, "How long `pulumi up` waits for the job (jobWait).", ge=60
+    )
+    job_queue_name: str = key("jobQueueName", "", "Kueue LocalQueue name; empty submits directly.")
+    job_master_port: int = key(
+        "jobMasterPort", 23456, "Rendezvous port of the master (node rank 0).", ge=1024, le=65535
+    )
+    job_master_wait_seconds: int = key(
+        "jobMasterWaitSeconds",
+        300,
+        "How long a worker waits for the master's port before failing.",
+        ge=1,
+        le=3600,
+    )
+    job_dist_timeout_seconds: int = key(
+        "jobDistTimeoutSeconds",
+        600,
+        "Collective timeout; a hung rank fails the job after this.",
+        ge=30,
+        le=86400,
+    )
+    job_run_as_user: int = key(
+        "jobRunAsUser", 1000, "uid/gid the trainer runs as (the image's user).", ge=1, le=2147483647
+    )
+
+    # --- field rules -------------------------------------------------------------------------
+    @field_validator(
+        "namespace", "job_run_id", "job_queue_name", "job_priority_class_name", "minio_existing_secret"
+    )
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        return value and _dns(value, DNS_LABEL, "DNS-1123 label")
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def _dns_subdomain(cls, value: str) -> str:
+        return _dns(value, DNS_SUBDOMAIN, "DNS-1123 subdomain", 253)
+
+    @field_validator("job_name")
+    @classmethod
+    def _dns_1035(cls, value: str) -> str:
+        return _dns(value, DNS_1035, "DNS-1035 label starting with a letter")
+
+    @field_validator(
+        "data_volume_size",
+        "checkpoint_volume_size",
+        "job_cpu_request",
+        "job_memory_request",
+        "job_memory_limit",
+        "job_shm_size",
+    )
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if not QUANTITY.match(value) or parse_quantity(value) <= 0:
+            raise ValueError("a positive Kubernetes quantity such as 500m, 2, 10Gi")
+        return value
+
+    @field_validator("job_cpu_limit")
+    @classmethod
+    def _optional_quantity(cls, value: str) -> str:
+        return value and cls._quantity(value)
+
+    @field_validator("operator_version")
+    @classmethod
+    def _release_tag(cls, value: str) -> str:
+        if not re.fullmatch(r"v\d+\.\d+\.\d+", value):
+            raise ValueError("a release tag vMAJOR.MINOR.PATCH such as v1.9.4")
+        return value
+
+    @field_validator("job_image")
+    @classmethod
+    def _pinned_image(cls, value: str) -> str:
+        return check_pinned_image(value)
+
+    @property
+    def backend(self) -> Literal["nccl", "gloo"]:
+        """The effective backend: nccl with GPUs, gloo without, unless set explicitly."""
+        if self.job_backend != "auto":
+            return self.job_backend
+        return "nccl" if self.job_gpus_per_node > 0 else "gloo"
+
+    @property
+    def world_size(self) -> int:
+        return self.job_nodes * self.job_procs_per_node
+
+
+_SUFFIX = {
+    "": 1,
+    "m": 0.001,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": 1e-9,
+    "u": 1e-6,
+}
+
+
+def parse_quantity(value: str) -> float:
+    """A Kubernetes quantity as a number (bytes or cores); 0 when it cannot be read."""
+    match = re.fullmatch(r"([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)([a-zA-Z]*)", value)
+    if not match or match.group(2) not in _SUFFIX:
+        return 0.0
+    return float(match.group(1)) * _SUFFIX[match.group(2)]
+
+
+_IMAGE = re.compile(
+    r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+def check_pinned_image(value: str) -> str:
+    """Accept `repo:tag`, `repo@sha256:...` or both; reject untagged and `:latest`."""
+    match = _IMAGE.match(value)
+    if not match:
+        raise ValueError("an image reference such as registry/repo:1.2.3 or registry/repo@sha256:<64 hex>")
+    if match.group("digest"):
+        return value
+    if not match.group("tag"):
+        raise ValueError("a pinned image: add a version tag or an @sha256 digest (untagged means latest)")
+    if match.group("tag") == "latest":
+        raise ValueError("a pinned image: ':latest' moves; use a version tag or an @sha256 digest")
+    return value
+
+
+def config_key(field: str) -> str:
+    """The full config key (`ddp-mnist:jobNodes`) of a model field name."""
+    alias = Settings.model_fields[field].alias or field
+    return f"{PROJECT}:{alias}"

@@ -1,0 +1,67 @@
+"""Reads the project file and a stack's config file from disk, as the Pulumi CLI would hand them over."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_PLACEHOLDER = "[secret]"
+
+
+class StackNotFound(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """A stack's config as the program receives it: string values, and which keys are secrets."""
+
+    name: str
+    values: dict[str, str]
+    secret_keys: frozenset[str]
+
+
+def project_file(root: Path | None = None) -> dict[str, Any]:
+    return yaml.safe_load(((root or ROOT) / "Pulumi.yaml").read_text())
+
+
+def stacks_dir(root: Path | None = None) -> Path:
+    return (root or ROOT) / project_file(root).get("stackConfigDir", ".")
+
+
+def stack_names(root: Path | None = None) -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in stacks_dir(root).glob("Pulumi.*.yaml"))
+
+
+def as_config_string(value: Any) -> str:
+    """How Pulumi passes a config value to a program: strings as is, everything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def from_mapping(name: str, config: dict[str, Any]) -> StackConfig:
+    """Config as written in a stack file; `secure:` values (ciphertext) become a placeholder secret."""
+    values: dict[str, str] = {}
+    secrets: set[str] = set()
+    for key, value in (config or {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            values[key] = SECRET_PLACEHOLDER
+            secrets.add(key)
+        else:
+            values[key] = as_config_string(value)
+    return StackConfig(name=name, values=values, secret_keys=frozenset(secrets))
+
+
+def load_stack(name: str, root: Path | None = None) -> StackConfig:
+    path = stacks_dir(root) / f"Pulumi.{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(stack_names(root)) or "none"
+        raise StackNotFound(f"no stack '{name}': {path} does not exist (stacks: {known})")
+    document = yaml.safe_load(path.read_text()) or {}
+    return from_mapping(name, document.get("config") or {})

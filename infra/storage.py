@@ -1,0 +1,139 @@
+"""ReadWriteMany storage: a StorageClass preset per cloud (or an existing class) and the two PVCs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.meta import labels
+from infra.settings import PROJECT, Settings
+
+_PROVISIONERS = {
+    "nfs-csi": "nfs.csi.k8s.io",
+    "gke-filestore": "filestore.csi.storage.gke.io",
+    "azure-files": "file.csi.azure.com",
+    "aws-efs": "efs.csi.aws.com",
+}
+
+
+def storage_class_args(settings: Settings) -> dict[str, Any] | None:
+    """The StorageClass fields of the chosen preset, or None for an existing class."""
+    provider = settings.storage_provider
+    if provider == "existing":
+        return None
+    uid = str(settings.job_run_as_user)
+    parameters: dict[str, str] = {
+        "nfs-csi": {"server": settings.nfs_server, "share": settings.nfs_share},
+        "gke-filestore": {"tier": settings.filestore_tier, "network": settings.filestore_network},
+        "azure-files": {"skuName": settings.azure_files_sku, "protocol": settings.azure_files_protocol},
+        # Access points give the non-root trainer its own uid/gid on the shared file system.
+        "aws-efs": {
+            "provisioningMode": "efs-ap",
+            "fileSystemId": settings.efs_file_system_id,
+            "directoryPerms": "770",
+            "uid": uid,
+            "gid": uid,
+            "basePathPerPVC": "true",
+        },
+    }[provider]
+    mount_options = {
+        "nfs-csi": settings.nfs_mount_options,
+        "azure-files": (
+            []
+            if settings.azure_files_protocol == "nfs"
+            else [f"uid={uid}", f"gid={uid}", "dir_mode=0770", "file_mode=0660", "mfsymlinks"]
+        ),
+    }.get(provider, [])
+    return dict(
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=settings.storage_class_name, labels=labels(settings, "storage")
+        ),
+        provisioner=_PROVISIONERS[provider],
+        parameters=parameters,
+        mount_options=mount_options or None,
+        reclaim_policy=settings.storage_reclaim_policy,
+        volume_binding_mode="Immediate" if provider == "nfs-csi" else "WaitForFirstConsumer",
+        allow_volume_expansion=provider != "aws-efs",
+    )
+
+
+class TrainingStorage(pulumi.ComponentResource):
+    """The data PVC and the checkpoint/model PVC, both ReadWriteMany, and their StorageClass."""
+
+    data_claim: pulumi.Output[str]
+    checkpoint_claim: pulumi.Output[str]
+    storage_class: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:storage:TrainingStorage", name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        class_name: pulumi.Output[str] = pulumi.Output.from_input(settings.storage_class_name)
+        class_args = storage_class_args(settings)
+        if class_args is not None:
+            storage_class = k8s.storage.v1.StorageClass(f"{name}-class", **class_args, opts=child)
+            class_name = storage_class.metadata.name
+        data = self._claim(
+            f"{name}-data",
+            f"{PROJECT}-data",
+            settings.data_volume_size,
+            settings,
+            namespace,
+            class_name,
+            child,
+        )
+        checkpoints = self._claim(
+            f"{name}-checkpoints",
+            f"{PROJECT}-checkpoints",
+            settings.checkpoint_volume_size,
+            settings,
+            namespace,
+            class_name,
+            pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(retain_on_delete=settings.checkpoint_volume_retain)
+            ),
+        )
+        self.data_claim = data.metadata.name
+        self.checkpoint_claim = checkpoints.metadata.name
+        self.storage_class = class_name
+        self.register_outputs(
+            {
+                "data_claim": self.data_claim,
+                "checkpoint_claim": self.checkpoint_claim,
+                "storage_class": self.storage_class,
+            }
+        )
+
+    @staticmethod
+    def _claim(
+        resource: str,
+        claim: str,
+        size: str,
+        settings: Settings,
+        namespace: pulumi.Input[str],
+        class_name: pulumi.Input[str],
+        opts: pulumi.ResourceOptions,
+    ) -> k8s.core.v1.PersistentVolumeClaim:
+        return k8s.core.v1.PersistentVolumeClaim(
+            resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=claim,
+                namespace=namespace,
+                labels=labels(settings, "storage"),
+                # RWX claims on CSI file stores bind lazily; do not block `pulumi up` on binding.
+                annotations={"pulumi.com/skipAwait": "true"},
+            ),
+            spec=k8s.core.v1.PersistentVolumeClaimSpecArgs(
+                access_modes=["ReadWriteMany"],
+                storage_class_name=class_name,
+                resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": size}),
+            ),
+            opts=opts,
+        )

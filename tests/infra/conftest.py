@@ -1,0 +1,55 @@
+"""Helpers for rendering ad-hoc stack configs through the real program under Pulumi's mocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.manifest import Rendering, render
+from infra.settings import PROJECT
+from infra.stackconfig import StackConfig, from_mapping
+
+# The smallest valid config: the default storage preset (nfs-csi) needs a server.
+BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal"}
+
+
+def stack_config(
+    values: dict[str, Any], secrets: dict[str, str] | None = None, name: str = "test"
+) -> StackConfig:
+    """A stack as the CLI would pass it: `values` plain, `secrets` marked secret."""
+    plain = from_mapping(name, {f"{PROJECT}:{k}": v for k, v in values.items()})
+    secret_values = {f"{PROJECT}:{k}": v for k, v in (secrets or {}).items()}
+    return StackConfig(
+        name=name, values={**plain.values, **secret_values}, secret_keys=frozenset(secret_values)
+    )
+
+
+def render_config(values: dict[str, Any], secrets: dict[str, str] | None = None) -> Rendering:
+    return render(stack_config({**BASE, **values}, secrets))
+
+
+def by_kind(rendering: Rendering, kind: str) -> list[dict[str, Any]]:
+    return [o for o in rendering.objects if o["kind"] == kind]
+
+
+def one(rendering: Rendering, kind: str) -> dict[str, Any]:
+    (obj,) = by_kind(rendering, kind)
+    return obj
+
+
+def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
+    """Every pod template of the training job, whichever kind it is."""
+    templates = [
+        r["template"]
+        for j in by_kind(rendering, "PyTorchJob")
+        for r in j["spec"]["pytorchReplicaSpecs"].values()
+    ]
+    templates += [j["spec"]["template"] for j in by_kind(rendering, "Job")]
+    assert templates, "no training job rendered"
+    return templates
+
+
+@pytest.fixture
+def render_with():
+    return render_config

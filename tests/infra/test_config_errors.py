@@ -1,0 +1,218 @@
+"""Bad stack config: each fails with its exact one-line message, before any resource is registered."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+from infra.checks import ConfigError
+from infra.manifest import RecordingMocks, run_program
+from tests.infra.conftest import BASE, stack_config
+
+BAD_CONFIGS = [
+    ({"jobNodes": 0}, "config ddp-mnist:jobNodes=0 is invalid: must be >= 1"),
+    ({"jobNodes": "two"}, "config ddp-mnist:jobNodes=two is invalid: must be an integer"),
+    (
+        {"jobKind": "mpijob"},
+        "config ddp-mnist:jobKind=mpijob is invalid: must be one of 'pytorchjob' or 'indexed-job'",
+    ),
+    (
+        {"jobImage": "ghcr.io/acme/trainer:latest"},
+        "config ddp-mnist:jobImage=ghcr.io/acme/trainer:latest is invalid: must be a pinned image: ':latest' moves; use a version tag or an @sha256 digest",
+    ),
+    (
+        {"jobImage": "ghcr.io/acme/trainer"},
+        "config ddp-mnist:jobImage=ghcr.io/acme/trainer is invalid: must be a pinned image: add a version tag or an @sha256 digest (untagged means latest)",
+    ),
+    (
+        {"jobImage": "GHCR.io/Acme/trainer:1.0"},
+        "config ddp-mnist:jobImage=GHCR.io/Acme/trainer:1.0 is invalid: must be an image reference such as registry/repo:1.2.3 or registry/repo@sha256:<64 hex>",
+    ),
+    (
+        {"jobBackend": "nccl"},
+        "config ddp-mnist:jobBackend=nccl is invalid: must be gloo or auto when jobGpusPerNode is 0 (nccl needs GPUs)",
+    ),
+    (
+        {"jobGpusPerNode": 2, "jobProcsPerNode": 4},
+        "config ddp-mnist:jobProcsPerNode=4 is invalid: must be <= jobGpusPerNode (2): one process per GPU",
+    ),
+    (
+        {"jobNodes": 3, "jobBatchSize": 100},
+        "config ddp-mnist:jobBatchSize=100 is invalid: must be divisible by the world size 3 (jobNodes x jobProcsPerNode) under strong scaling",
+    ),
+    (
+        {"namespace": "Bad_NS"},
+        "config ddp-mnist:namespace=Bad_NS is invalid: must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+    ),
+    (
+        {"jobName": "1mnist"},
+        "config ddp-mnist:jobName=1mnist is invalid: must be a DNS-1035 label starting with a letter (lowercase letters, digits and '-', at most 63 characters)",
+    ),
+    (
+        {"jobRunId": "a-very-long-run-identifier-of-many-words"},
+        "config ddp-mnist:jobRunId=a-very-long-run-identifier-of-many-words is invalid: must be short enough that 'mnist-a-very-long-run-identifier-of-many-words' (jobName-jobRunId) has at most 40 characters",
+    ),
+    (
+        {"dataVolumeSize": "ten gigs"},
+        "config ddp-mnist:dataVolumeSize=ten gigs is invalid: must be a positive Kubernetes quantity such as 500m, 2, 10Gi",
+    ),
+    (
+        {"jobMemoryRequest": "8Gi", "jobMemoryLimit": "4Gi"},
+        "config ddp-mnist:jobMemoryRequest=8Gi is invalid: must be <= jobMemoryLimit (4Gi)",
+    ),
+    (
+        {"jobCpuRequest": "4", "jobCpuLimit": "2"},
+        "config ddp-mnist:jobCpuRequest=4 is invalid: must be <= jobCpuLimit (2)",
+    ),
+    (
+        {"jobShmSize": "4Gi", "jobMemoryLimit": "4Gi"},
+        "config ddp-mnist:jobShmSize=4Gi is invalid: must be < jobMemoryLimit (4Gi): /dev/shm counts against it",
+    ),
+    (
+        {"storageProvider": "ceph"},
+        "config ddp-mnist:storageProvider=ceph is invalid: must be one of 'nfs-csi', 'gke-filestore', 'azure-files', 'aws-efs' or 'existing'",
+    ),
+    (
+        {"nfsServer": ""},
+        'config ddp-mnist:nfsServer="" is invalid: must be the NFS server\'s address when storageProvider is nfs-csi',
+    ),
+    (
+        {"storageProvider": "aws-efs", "efsFileSystemId": "vol-123"},
+        "config ddp-mnist:efsFileSystemId=vol-123 is invalid: must be an EFS id such as fs-0123456789abcdef0 when storageProvider is aws-efs",
+    ),
+    (
+        {"storageProvider": "gke-filestore"},
+        "config ddp-mnist:dataVolumeSize=10Gi is invalid: must be at least 1Ti: the smallest Filestore instance",
+    ),
+    (
+        {"storageProvider": "azure-files", "azureFilesSkuName": "Standard_LRS"},
+        "config ddp-mnist:azureFilesSkuName=Standard_LRS is invalid: must be Premium_LRS or Premium_ZRS with azureFilesProtocol nfs",
+    ),
+    (
+        {"jobDataSource": "s3"},
+        'config ddp-mnist:minioEndpoint="" is invalid: must be set when jobDataSource is s3',
+    ),
+    (
+        {"jobDataSource": "s3", "minioEndpoint": "minio:9000"},
+        "config ddp-mnist:minioAccessKey=(unset) is invalid: must be set (with minioSecretKey, both --secret) or minioExistingSecret given when jobDataSource is s3",
+    ),
+    (
+        {"minioEndpoint": "http://minio:9000"},
+        "config ddp-mnist:minioEndpoint=http://minio:9000 is invalid: must be host[:port] without a scheme, such as minio.minio.svc:9000 (minioTls picks https)",
+    ),
+    (
+        {"minioBucket": "My_Bucket"},
+        "config ddp-mnist:minioBucket=My_Bucket is invalid: must be a bucket name: 3-63 lowercase letters, digits, '.', '-'",
+    ),
+    (
+        {
+            "operatorSource": "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=master"
+        },
+        "config ddp-mnist:operatorSource=https://github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=master is invalid: must be a local path, or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
+    ),
+    (
+        {"operatorVersion": "1.9.4"},
+        "config ddp-mnist:operatorVersion=1.9.4 is invalid: must be a release tag vMAJOR.MINOR.PATCH such as v1.9.4",
+    ),
+    (
+        {"jobTolerations": ["nvidia.com/gpu:NoSchedul"]},
+        "config ddp-mnist:jobTolerations=nvidia.com/gpu:NoSchedul is invalid: must be entries 'key[=value]:Effect' with Effect one of NoSchedule, PreferNoSchedule, NoExecute",
+    ),
+    (
+        {"jobNodeSelector": ["gpu"]},
+        "config ddp-mnist:jobNodeSelector=gpu is invalid: must be entries 'label-key=label-value'",
+    ),
+    (
+        {"jobNodeAffinity": ["zone in"]},
+        "config ddp-mnist:jobNodeAffinity=zone in is invalid: must be entries 'key in a,b', 'key notin a,b', 'key exists' or 'key doesnotexist'",
+    ),
+    (
+        {"jobNodeSelector": "gpu=true"},
+        "config ddp-mnist:jobNodeSelector=gpu=true is invalid: must be a list of strings (in YAML a list, on the CLI --path 'key[0]')",
+    ),
+    (
+        {"jobNode": 2},
+        "config ddp-mnist:jobNode=2 is invalid: must be a key of this project (did you mean jobNodes?)",
+    ),
+    (
+        {"kubernetesVersion": "1.20"},
+        "config ddp-mnist:kubernetesVersion=1.20 is invalid: must be one of '1.29', '1.30', '1.31', '1.32', '1.33', '1.34', '1.35', '1.36' or '1.37'",
+    ),
+    ({"jobMasterPort": 80}, "config ddp-mnist:jobMasterPort=80 is invalid: must be >= 1024"),
+    ({"jobLearningRate": "fast"}, "config ddp-mnist:jobLearningRate=fast is invalid: must be a number"),
+    (
+        {"createNamespace": "maybe"},
+        "config ddp-mnist:createNamespace=maybe is invalid: must be true or false",
+    ),
+    (
+        {"jobRestartPolicy": "Always"},
+        "config ddp-mnist:jobRestartPolicy=Always is invalid: must be one of 'OnFailure', 'Never' or 'ExitCode'",
+    ),
+    (
+        {"jobTtlSecondsAfterFinished": -5},
+        "config ddp-mnist:jobTtlSecondsAfterFinished=-5 is invalid: must be >= 0",
+    ),
+]
+
+
+def _fails_before_registering(config):
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError) as raised:
+        run_program(config, mocks)
+    assert mocks.registrations == [], "resources were registered before the config was rejected"
+    return str(raised.value)
+
+
+def test_table_is_large_and_distinct():
+    assert len(BAD_CONFIGS) >= 25
+    assert len({m for _, m in BAD_CONFIGS}) == len(BAD_CONFIGS)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"), BAD_CONFIGS, ids=[m.split("=")[0][7:] for _, m in BAD_CONFIGS]
+)
+def test_bad_config_is_rejected_with_its_message(values, message):
+    assert _fails_before_registering(stack_config({**BASE, **values})) == message
+
+
+SECRET_KEY_CASES = [
+    (
+        {},
+        {"minioAccessKey": "AKIACANARY"},
+        "config ddp-mnist:minioSecretKey=(unset) is invalid: must be set too: "
+        "minioAccessKey and minioSecretKey go together",
+    ),
+    (
+        {"minioExistingSecret": "minio-creds"},
+        {"minioAccessKey": "AKIACANARY", "minioSecretKey": "s3cr3t"},
+        "config ddp-mnist:minioExistingSecret=minio-creds is invalid: must be empty when "
+        "minioAccessKey/minioSecretKey are set (choose one source)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "secrets", "message"), SECRET_KEY_CASES)
+def test_bad_secret_config(values, secrets, message):
+    assert _fails_before_registering(stack_config({**BASE, **values}, secrets)) == message
+    assert "AKIACANARY" not in message and "s3cr3t" not in message
+
+
+def test_plaintext_credentials_are_refused_without_echoing_them():
+    config = stack_config({**BASE, "minioAccessKey": "AKIACANARY", "minioSecretKey": "s3cr3t"})
+    message = _fails_before_registering(config)
+    assert message == (
+        "config ddp-mnist:minioAccessKey=[secret] is invalid: must be set as a secret: "
+        "pulumi config set --secret minioAccessKey <value>"
+    )
+
+
+def test_program_reports_bad_config_as_a_run_error_without_trace(monkeypatch):
+    """`pulumi up` shows RunError messages alone, with no Python stack trace."""
+    from infra import program
+
+    def bad():
+        raise ConfigError("jobNodes", "0", ">= 1")
+
+    monkeypatch.setattr("infra.config.load_settings", bad)
+    with pytest.raises(pulumi.RunError, match=r"^config ddp-mnist:jobNodes=0 is invalid: must be >= 1$"):
+        program.main()

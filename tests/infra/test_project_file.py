@@ -1,0 +1,41 @@
+"""Pulumi.yaml is generated from the settings model: same keys, types, defaults, descriptions."""
+
+from __future__ import annotations
+
+import yaml
+
+from infra.schema import project_text
+from infra.settings import SECRET_KEYS, Settings
+from infra.stackconfig import ROOT, project_file
+
+
+def test_project_file_is_current():
+    assert (ROOT / "Pulumi.yaml").read_text() == project_text(), "run `make schema`"
+
+
+def test_every_key_is_typed_and_described():
+    config = project_file()["config"]
+    assert set(config) == {f.alias for f in Settings.model_fields.values()} | set(SECRET_KEYS)
+    for key, entry in config.items():
+        assert entry["type"] in {"string", "integer", "boolean", "array"}, key
+        assert entry["description"], key
+    assert config["jobNodes"] == {
+        "type": "integer",
+        "default": 2,
+        "description": "Number of pods (nodes) in the job.",
+    }
+    assert config["minioSecretKey"]["secret"] is True and "default" not in config["minioSecretKey"]
+    assert config["jobTolerations"]["items"] == {"type": "string"}
+
+
+def test_project_runtime_and_layout():
+    document = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert document["runtime"]["name"] == "python"
+    assert document["main"] == "infra/"
+    assert document["stackConfigDir"] == "stacks"
+
+
+def test_stack_files_hold_no_secret_values():
+    for path in (ROOT / "stacks").glob("Pulumi.*.yaml"):
+        config = yaml.safe_load(path.read_text())["config"]
+        assert not any(k.endswith(("AccessKey", "SecretKey")) for k in config), path

@@ -1,0 +1,63 @@
+"""`python -m infra.render` as a user runs it: files, summary, exit codes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from infra.stackconfig import ROOT
+
+
+def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_render_writes_manifest_and_summary(tmp_path):
+    result = _render("--stack", "eks-gpu", "--out", str(tmp_path), "--validate")
+    assert result.returncode == 0, result.stderr
+    assert "Job                    mnist-r1" in result.stdout
+    assert "indexed nodes=2 gpus/node=4 backend=nccl" in result.stdout
+    assert "validated: built-in objects against Kubernetes 1.33 (strict)" in result.stdout
+    documents = list(yaml.safe_load_all((tmp_path / "eks-gpu.yaml").read_text()))
+    assert [d["kind"] for d in documents] == [
+        "Namespace",
+        "StorageClass",
+        "PersistentVolumeClaim",
+        "PersistentVolumeClaim",
+        "Service",
+        "Job",
+    ]
+
+
+def test_bad_config_exits_2_and_writes_nothing(tmp_path):
+    stacks = tmp_path / "repo"
+    (stacks / "stacks").mkdir(parents=True)
+    (stacks / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (stacks / "stacks" / "Pulumi.broken.yaml").write_text(
+        "config:\n  ddp-mnist:nfsServer: nfs\n  ddp-mnist:jobNodes: 0\n"
+    )
+    code = (
+        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
+        f"s.ROOT = Path({str(stacks)!r}); "
+        f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == "render: config ddp-mnist:jobNodes=0 is invalid: must be >= 1"
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_stack_exits_2(tmp_path):
+    result = _render("--stack", "prod", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.startswith("render: no stack 'prod'")
+    assert "(stacks: aks-gpu, dev, eks-gpu, gke-gpu)" in result.stderr
+    assert list(tmp_path.iterdir()) == []

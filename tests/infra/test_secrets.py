@@ -1,0 +1,39 @@
+"""A canary secret set in config never leaves the Secret object: not in YAML, outputs, logs or output."""
+
+from __future__ import annotations
+
+import logging
+
+from infra.manifest import REDACTED, RecordingMocks, render, to_yaml
+from infra.render import summary
+from tests.infra.conftest import BASE, stack_config
+
+CANARY_ID = "AKIACANARY7Q2XW"
+CANARY_KEY = "canary-Secret-Value-9f8e7d"
+
+
+def test_canary_never_leaves_the_secret(capsys, caplog):
+    caplog.set_level(logging.DEBUG)
+    mocks = RecordingMocks()
+    config = stack_config(
+        {**BASE, "jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000"},
+        secrets={"minioAccessKey": CANARY_ID, "minioSecretKey": CANARY_KEY},
+    )
+    rendering = render(config, mocks)
+    text = to_yaml(rendering) + summary(rendering) + repr(rendering.outputs) + repr(rendering.objects)
+    print(summary(rendering))
+    captured = capsys.readouterr()
+    for canary in (CANARY_ID, CANARY_KEY):
+        assert canary not in text
+        assert canary not in captured.out + captured.err
+        assert canary not in caplog.text
+    # The Secret really carries the values, and as Pulumi secrets (not just redacted by the renderer).
+    (secret,) = [r for r in mocks.registrations if r.type == "kubernetes:core/v1:Secret"]
+    string_data = secret.inputs["stringData"]
+    assert "4dabf18193072939515e22adb298388d" in string_data  # Pulumi's secret marker
+    assert string_data["value"] == {"AWS_ACCESS_KEY_ID": CANARY_ID, "AWS_SECRET_ACCESS_KEY": CANARY_KEY}
+    (obj,) = [o for o in rendering.objects if o["kind"] == "Secret"]
+    assert obj["stringData"] == {"AWS_ACCESS_KEY_ID": REDACTED, "AWS_SECRET_ACCESS_KEY": REDACTED}
+    # Only the Secret object holds them: every other registration is free of both values.
+    others = repr([r.inputs for r in mocks.registrations if r is not secret])
+    assert CANARY_ID not in others and CANARY_KEY not in others

@@ -1,0 +1,63 @@
+"""Every stack in stacks/ renders, matches its golden manifest and passes the upstream schemas."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from infra.config import settings_from_raw
+from infra.crd import crd_validator
+from infra.manifest import render, to_yaml
+from infra.stackconfig import ROOT, load_stack, stack_names
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+STACKS = stack_names()
+
+
+def test_the_documented_stacks_exist():
+    assert {"dev", "gke-gpu", "eks-gpu", "aks-gpu"} <= set(STACKS)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_stack_matches_golden_manifest(name):
+    text = to_yaml(render(load_stack(name)))
+    golden = GOLDEN / f"{name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.is_file(), f"no golden file for {name}: run `make golden`"
+    assert text == golden.read_text(), f"{name} renders differently from {golden}; review, then `make golden`"
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_builtin_objects_pass_strict_upstream_schema(name):
+    stack = load_stack(name)
+    version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
+    builtins = [o for o in render(stack).objects if not o["apiVersion"].startswith("kubeflow.org/")]
+    assert builtins
+    for obj in builtins:
+        kubernetes_validate.validate(obj, f"{version}.0", strict=True)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_pytorchjobs_pass_the_crd_schema(name):
+    jobs = [o for o in render(load_stack(name)).objects if o["kind"] == "PyTorchJob"]
+    validator = crd_validator(CRD)
+    for job in jobs:
+        assert [e.message for e in validator.iter_errors(job)] == []
+
+
+def test_crd_validation_can_fail():
+    job = next(o for o in render(load_stack("dev")).objects if o["kind"] == "PyTorchJob")
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = "one"
+    assert list(crd_validator(CRD).iter_errors(job))
+
+
+def test_strict_validation_can_fail():
+    pvc = next(o for o in render(load_stack("dev")).objects if o["kind"] == "PersistentVolumeClaim")
+    pvc["spec"]["accesMode"] = ["ReadWriteMany"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(pvc, "1.33.0", strict=True)
