@@ -26,6 +26,7 @@ render: $(INFRA_VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m infra.schema --check
 
 test: lint

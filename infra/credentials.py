@@ -40,8 +40,9 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
                 ),
                 type="Opaque",
                 string_data={
-                    ACCESS_KEY_ID: pulumi.Output.secret(credentials.access_key_id),
-                    SECRET_ACCESS_KEY: pulumi.Output.secret(credentials.secret_access_key),
+                    # Both are secret Outputs (require_secret): they stay encrypted in state.
+                    ACCESS_KEY_ID: credentials.access_key_id,
+                    SECRET_ACCESS_KEY: credentials.secret_access_key,
                 },
                 opts=pulumi.ResourceOptions(parent=self),
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -45,7 +46,11 @@ def job_metadata(
 
 
 def _template(
-    settings: Settings, inputs: JobInputs, **kind_specific: object
+    settings: Settings,
+    inputs: JobInputs,
+    extra_env: Sequence[k8s.core.v1.EnvVarArgs] = (),
+    subdomain: str | None = None,
+    restart_policy: str | None = None,
 ) -> k8s.core.v1.PodTemplateSpecArgs:
     return pod_template(
         settings,
@@ -53,8 +58,10 @@ def _template(
         data_claim=inputs.data_claim,
         checkpoint_claim=inputs.checkpoint_claim,
         secret_name=inputs.secret_name,
-        **kind_specific,
-    )  # type: ignore[arg-type]
+        extra_env=extra_env,
+        subdomain=subdomain,
+        restart_policy=restart_policy,
+    )
 
 
 class PyTorchJob(pulumi.ComponentResource):

@@ -39,7 +39,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         retain, deps = self._options.pop(args.name, (False, ()))
         self.registrations.append(
-            Registration(args.typ, args.name, dict(args.inputs), args.custom, retain, deps)
+            Registration(args.typ, args.name, dict(args.inputs), bool(args.custom), retain, deps)
         )
         return f"{args.name}-id", dict(args.inputs)
 

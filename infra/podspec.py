@@ -174,7 +174,16 @@ def _affinity(settings: Settings, names: JobNames) -> core.AffinityArgs | None:
     if expressions:
         node = core.NodeAffinityArgs(
             required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(
-                node_selector_terms=[core.NodeSelectorTermArgs(match_expressions=expressions)]
+                node_selector_terms=[
+                    core.NodeSelectorTermArgs(
+                        match_expressions=[
+                            core.NodeSelectorRequirementArgs(
+                                key=e["key"], operator=e["operator"], values=e.get("values")
+                            )
+                            for e in expressions
+                        ]
+                    )
+                ]
             )
         )
     if settings.job_one_pod_per_node:
@@ -247,7 +256,13 @@ def pod_template(
             automount_service_account_token=False,
             enable_service_links=False,
             node_selector=scheduling.node_selector(settings.job_node_selector) or None,
-            tolerations=_tolerations(settings) or None,
+            tolerations=[
+                core.TolerationArgs(
+                    key=t["key"], operator=t["operator"], value=t.get("value"), effect=t["effect"]
+                )
+                for t in _tolerations(settings)
+            ]
+            or None,
             affinity=_affinity(settings, names),
             priority_class_name=settings.job_priority_class_name or None,
             security_context=core.PodSecurityContextArgs(

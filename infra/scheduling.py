@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _LABEL_KEY = r"(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
 _LABEL_VALUE = r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?"
@@ -52,9 +53,9 @@ def tolerations(entries: list[str]) -> list[dict[str, str]]:
 _OPERATORS = {"in": "In", "notin": "NotIn", "exists": "Exists", "doesnotexist": "DoesNotExist"}
 
 
-def affinity_terms(entries: list[str]) -> list[dict[str, object]]:
+def affinity_terms(entries: list[str]) -> list[dict[str, Any]]:
     """['key in a,b', 'key exists', ...] as nodeSelectorTerm matchExpressions (all must hold)."""
-    result: list[dict[str, object]] = []
+    result: list[dict[str, Any]] = []
     allowed = "entries 'key in a,b', 'key notin a,b', 'key exists' or 'key doesnotexist'"
     for entry in entries:
         parts = entry.split()
@@ -64,7 +65,7 @@ def affinity_terms(entries: list[str]) -> list[dict[str, object]]:
         needs_values = op in ("In", "NotIn")
         if op is None or needs_values != (len(parts) == 3):
             raise SchedulingError(entry, allowed)
-        expression: dict[str, object] = {"key": parts[0], "operator": op}
+        expression: dict[str, Any] = {"key": parts[0], "operator": op}
         if needs_values:
             values = parts[2].split(",")
             if not all(v and re.fullmatch(_LABEL_VALUE, v) for v in values):

@@ -24,7 +24,7 @@ def storage_class_args(settings: Settings) -> dict[str, Any] | None:
     if provider == "existing":
         return None
     uid = str(settings.job_run_as_user)
-    parameters: dict[str, str] = {
+    presets: dict[str, dict[str, str]] = {
         "nfs-csi": {"server": settings.nfs_server, "share": settings.nfs_share},
         "gke-filestore": {"tier": settings.filestore_tier, "network": settings.filestore_network},
         "azure-files": {"skuName": settings.azure_files_sku, "protocol": settings.azure_files_protocol},
@@ -37,7 +37,8 @@ def storage_class_args(settings: Settings) -> dict[str, Any] | None:
             "gid": uid,
             "basePathPerPVC": "true",
         },
-    }[provider]
+    }
+    parameters = presets[provider]
     mount_options = {
         "nfs-csi": settings.nfs_mount_options,
         "azure-files": (
