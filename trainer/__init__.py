@@ -1,0 +1,34 @@
+"""Distributed MNIST training for the Pulumi + Kubernetes bundle.
+
+Entry points: ``python -m trainer`` (train), ``python -m trainer.launch`` (torchrun wrapper used by
+the pods), ``python -m trainer.seed`` (put MNIST into a directory or an S3 bucket).
+Exit codes are defined in :mod:`trainer.errors`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from trainer.errors import (
+    EXIT_DATA,
+    EXIT_INTERNAL,
+    EXIT_MASTER_UNREACHABLE,
+    EXIT_OK,
+    EXIT_S3_CREDENTIALS,
+    EXIT_S3_UNREACHABLE,
+    EXIT_USAGE,
+)
+
+__version__ = "0.1.0"
+__all__ = [
+    "EXIT_DATA",
+    "EXIT_INTERNAL",
+    "EXIT_MASTER_UNREACHABLE",
+    "EXIT_OK",
+    "EXIT_S3_CREDENTIALS",
+    "EXIT_S3_UNREACHABLE",
+    "EXIT_USAGE",
+]
+
+# torch warns at import when numpy is absent; the trainer never uses numpy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

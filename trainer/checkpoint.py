@@ -1,0 +1,91 @@
+"""Atomic, self-verifying checkpoints.
+
+File format: one ASCII header line ``TRAINER-CKPT 1 <sha256 of payload> <payload bytes>\\n``
+followed by the payload, a ``torch.save`` archive. A reader checks length and sha256 before it
+unpickles anything, so a truncated or corrupted file is rejected, never loaded.
+Files are named ``ckpt-epoch-NNNN.pt``; the newest valid one wins, the last :data:`KEEP` stay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.fsio import atomic_write_bytes
+
+KEEP = 3
+MAGIC = b"TRAINER-CKPT"
+VERSION = 1
+_NAME = re.compile(r"^ckpt-epoch-(\d{4,})\.pt$")
+
+
+class CorruptCheckpointError(Exception):
+    """The file is not a complete checkpoint written by this trainer."""
+
+
+def checkpoint_path(directory: Path, epoch: int) -> Path:
+    return directory / f"ckpt-epoch-{epoch:04d}.pt"
+
+
+def encode(state: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest()
+    return MAGIC + f" {VERSION} {digest} {len(payload)}\n".encode() + payload
+
+
+def verified_payload(blob: bytes) -> bytes:
+    """The payload of an encoded checkpoint, after checking header, length and sha256."""
+    header, newline, payload = blob.partition(b"\n")
+    fields = header.split(b" ")
+    if not newline or len(fields) != 4 or fields[0] != MAGIC or fields[1] != str(VERSION).encode():
+        raise CorruptCheckpointError("bad header")
+    digest = fields[2].decode(errors="replace")
+    length = int(fields[3]) if fields[3].isdigit() else -1
+    if len(payload) != length:
+        raise CorruptCheckpointError(f"{len(payload)} payload bytes, header says {length}")
+    if hashlib.sha256(payload).hexdigest() != digest:
+        raise CorruptCheckpointError("sha256 mismatch")
+    return payload
+
+
+def decode(payload: bytes, device: torch.device) -> dict[str, Any]:
+    """Unpickle a verified payload (tensors only and plain containers: ``weights_only``)."""
+    state = torch.load(io.BytesIO(payload), map_location=device, weights_only=True)
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError("payload is not a dict")
+    return state
+
+
+def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any], keep: int = KEEP) -> Path:
+    """Write ``ckpt-epoch-<epoch>.pt`` atomically, then delete all but the newest ``keep``."""
+    path = checkpoint_path(directory, epoch)
+    atomic_write_bytes(path, encode(state))
+    for old in list_checkpoints(directory)[keep:]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def list_checkpoints(directory: Path) -> list[Path]:
+    """Checkpoint files in ``directory``, newest epoch first."""
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def newest_valid(directory: Path, report: Callable[[str], None]) -> tuple[Path, bytes] | None:
+    """The newest checkpoint whose payload verifies; each one skipped is reported in one line."""
+    for path in list_checkpoints(directory):
+        try:
+            return path, verified_payload(path.read_bytes())
+        except (CorruptCheckpointError, OSError) as error:
+            report(f"skipping corrupt checkpoint {path}: {error}")
+    return None

@@ -1,0 +1,90 @@
+"""One epoch of training and one sharded evaluation, on tensors already in memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from trainer.dist import all_reduce_sum
+
+EVAL_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    loss: float
+    accuracy: float
+    correct: int
+    count: int
+
+
+def epoch_indices(
+    train_size: int,
+    epoch: int,
+    seed: int,
+    rank: int,
+    world_size: int,
+    per_rank_batch: int,
+    steps: int,
+) -> torch.Tensor:
+    """This rank's sample indices for ``epoch`` as ``[steps, per_rank_batch]``.
+
+    The same arithmetic as ``DistributedSampler`` with ``set_epoch(epoch)``: one permutation
+    seeded by ``seed + epoch`` shared by all ranks, rank r taking every world_size-th index from r.
+    Disjoint across ranks, reshuffled every epoch, identical on every restart.
+    """
+    generator = torch.Generator()
+    generator.manual_seed(seed + epoch)
+    permutation = torch.randperm(train_size, generator=generator)
+    used = permutation[: steps * per_rank_batch * world_size]
+    return used[rank::world_size].reshape(steps, per_rank_batch)
+
+
+def test_shard(test_size: int, rank: int, world_size: int) -> torch.Tensor:
+    """Rank r evaluates test images r, r + N, r + 2N, ...; together the ranks cover all of them."""
+    return torch.arange(rank, test_size, world_size)
+
+
+def train_one_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    batches: torch.Tensor,
+) -> float:
+    """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks.
+
+    DDP all-reduces the gradients inside ``backward()``; nothing here touches them.
+    """
+    model.train()
+    batches = batches.to(images.device)
+    loss_sum = torch.zeros((), device=images.device)
+    for batch in batches:
+        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        loss_sum += loss.detach()
+    total, count = all_reduce_sum([loss_sum.item(), float(len(batches))], images.device)
+    return total / count
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, shard: torch.Tensor) -> EvalResult:
+    """Loss and accuracy over the whole test set: each rank its shard, counts all-reduced."""
+    model.eval()
+    shard = shard.to(images.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=images.device)
+    correct = torch.zeros((), dtype=torch.int64, device=images.device)
+    for chunk in shard.split(EVAL_CHUNK):
+        logits = model(images[chunk])
+        loss_sum += nn.functional.cross_entropy(logits, labels[chunk], reduction="sum").double()
+        correct += (logits.argmax(dim=1) == labels[chunk]).sum()
+    total_loss, total_correct, total = all_reduce_sum(
+        [loss_sum.item(), float(correct.item()), float(len(shard))], images.device
+    )
+    return EvalResult(total_loss / total, total_correct / total, int(total_correct), int(total))

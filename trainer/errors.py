@@ -1,0 +1,80 @@
+"""Exit codes and the exceptions that map to them.
+
+Exit codes (a Kubernetes podFailurePolicy keys on them):
+
+====  =====================================================================
+code  meaning
+====  =====================================================================
+0     success (also: the run had already finished; nothing left to train)
+1     unexpected internal error (a bug; Python prints the traceback)
+2     bad flags or usage (argparse's code; also an unexpanded ``$(VAR)``)
+3     training data missing or corrupt (files absent, bad checksum, bad IDX)
+4     S3 credentials missing or rejected
+5     S3 endpoint unreachable
+6     master not reachable within ``--master-wait-timeout`` (launcher only)
+====  =====================================================================
+
+2, 3 and 4 are the "bad input" class: retrying the same pod cannot help.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_DATA = 3
+EXIT_S3_CREDENTIALS = 4
+EXIT_S3_UNREACHABLE = 5
+EXIT_MASTER_UNREACHABLE = 6
+
+BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+
+
+class TrainerError(Exception):
+    """An error a user can fix; reported as one line on stderr, never a traceback."""
+
+    exit_code = EXIT_INTERNAL
+    topic = "error"
+
+    def one_line(self, prog: str = "trainer") -> str:
+        """The message as printed: ``<prog>: <topic>: <message>`` on a single line."""
+        text = " ".join(str(self).split())
+        return f"{prog}: {self.topic}: {text}"
+
+
+class UsageError(TrainerError):
+    """A flag combination argparse cannot check on its own (e.g. batch not divisible)."""
+
+    exit_code = EXIT_USAGE
+    topic = "usage"
+
+
+class DataError(TrainerError):
+    """Training data absent, truncated or failing its checksum."""
+
+    exit_code = EXIT_DATA
+    topic = "data"
+
+
+class S3CredentialsError(TrainerError):
+    """The S3 endpoint rejected (or we could not find) the credentials."""
+
+    exit_code = EXIT_S3_CREDENTIALS
+    topic = "s3"
+
+
+class S3UnreachableError(TrainerError):
+    """No connection could be made to the S3 endpoint."""
+
+    exit_code = EXIT_S3_UNREACHABLE
+    topic = "s3"
+
+
+def write_line(text: str, stream: TextIO | None = None) -> None:
+    """One ``write`` per line, so lines from concurrent ranks never interleave mid-line."""
+    out = sys.stderr if stream is None else stream
+    out.write(f"{text}\n")
+    out.flush()

@@ -1,0 +1,159 @@
+"""``python -m trainer.launch [--master-wait-timeout=S] -- <torchrun args>``: torchrun for pods.
+
+What it adds to plain torchrun:
+
+1. fails at once (exit 2) if an argument still holds an unexpanded ``$(VAR)`` reference, which
+   Kubernetes leaves in place when the variable is missing from the container's environment;
+2. on node rank > 0, waits (bounded) until the master's port accepts TCP connections, since an
+   Indexed Job's worker pod can start before the master pod exists or listens (exit 6 on timeout);
+3. exits with the first failed worker's own exit code (128 + signal if it was killed), where
+   torchrun itself would always exit 1, so the trainer's codes reach the podFailurePolicy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from trainer.errors import EXIT_MASTER_UNREACHABLE, EXIT_USAGE, write_line
+
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+PROGRESS_EVERY_S = 10.0
+RETRY_SLEEP_S = 0.5
+CONNECT_TIMEOUT_S = 2.0
+
+
+class LaunchError(Exception):
+    """One line on stderr and an exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def unexpanded_reference(args: Sequence[str]) -> str | None:
+    """A one-line message for the first argument with a ``$(NAME)`` left in it, else None."""
+    for arg in args:
+        match = _REFERENCE.search(arg)
+        if match:
+            return (
+                f"argument '{arg}' references $({match.group(1)}), which is not set in the pod's environment"
+            )
+    return None
+
+
+def wait_for_master(
+    host: str,
+    port: int,
+    timeout_s: float,
+    report: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Retry a TCP connect (DNS failures included) until it succeeds or ``timeout_s`` passes."""
+    start = clock()
+    next_report = start
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+                report(f"master {host}:{port} is reachable after {clock() - start:.0f} s")
+                return
+        except OSError as error:
+            waited = clock() - start
+            if waited >= timeout_s:
+                raise LaunchError(
+                    f"master {host}:{port} not reachable within --master-wait-timeout="
+                    f"{timeout_s:g} s (last error: {error}); is the master pod running?",
+                    EXIT_MASTER_UNREACHABLE,
+                ) from None
+            if clock() >= next_report:
+                report(f"waiting for master {host}:{port} ({waited:.0f}/{timeout_s:g} s): {error}")
+                next_report += PROGRESS_EVERY_S
+            time.sleep(min(RETRY_SLEEP_S, max(0.0, timeout_s - waited)))
+
+
+def failure_exit_code(exitcode: int) -> int:
+    """A worker's exit status as a shell reports it: 128 + N when killed by signal N."""
+    if exitcode < 0:
+        return 128 + abs(exitcode)
+    return exitcode or 1
+
+
+def signal_name(exit_code: int) -> str:
+    if exit_code <= 128:
+        return ""
+    try:
+        return f" ({signal.Signals(exit_code - 128).name})"
+    except ValueError:
+        return ""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer.launch",
+        description="torchrun with an unexpanded-$(VAR) check, a bounded wait for the master "
+        "on node rank > 0, and the failed worker's exit code preserved.",
+        usage="%(prog)s [--master-wait-timeout=SECONDS] -- <torchrun arguments>",
+    )
+    parser.add_argument(
+        "--master-wait-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a node with rank > 0 waits for the master's port",
+    )
+    return parser
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Our own flags before ``--``, torchrun's after it."""
+    args = list(argv)
+    if "--" not in args:
+        return args, []
+    cut = args.index("--")
+    return args[:cut], args[cut + 1 :]
+
+
+def report(message: str) -> None:
+    write_line(f"launch: {message}")
+
+
+def launch(argv: Sequence[str]) -> int:
+    own, torchrun_args = split_argv(argv)
+    options = build_parser().parse_args(own)
+    problem = unexpanded_reference(torchrun_args)
+    if problem:
+        raise LaunchError(problem, EXIT_USAGE)
+    if not torchrun_args:
+        raise LaunchError("no torchrun arguments after '--'", EXIT_USAGE)
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    parsed = parse_args(torchrun_args)
+    if int(parsed.node_rank) > 0 and parsed.rdzv_backend == "static":
+        port = int(parsed.master_port) if parsed.master_port is not None else 29500
+        wait_for_master(parsed.master_addr, port, options.master_wait_timeout, report)
+    try:
+        run(parsed)
+    except ChildFailedError as error:
+        write_line(str(error))
+        rank, failure = error.get_first_failure()
+        code = failure_exit_code(failure.exitcode)
+        report(f"worker rank {rank} failed with exit code {code}{signal_name(code)}")
+        return code
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return launch(sys.argv[1:] if argv is None else argv)
+    except LaunchError as error:
+        write_line(f"launch: {error}")
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

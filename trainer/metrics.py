@@ -1,0 +1,73 @@
+"""Per-epoch records, the final metrics.json and the exported model."""
+
+from __future__ import annotations
+
+import io
+import resource
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer.fsio import atomic_write_bytes, atomic_write_json
+
+METRICS_FILE = "metrics.json"
+MODEL_FILE = "model.pt"
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One epoch as logged and stored (accuracy is a fraction in [0, 1])."""
+
+    epoch: int
+    train_loss: float
+    test_loss: float
+    test_accuracy: float
+    samples_per_s: float
+    train_seconds: float
+    elapsed_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self, epochs: int) -> str:
+        return (
+            f"epoch {self.epoch}/{epochs} loss={self.train_loss:.4f} "
+            f"test_loss={self.test_loss:.4f} test_acc={100 * self.test_accuracy:.2f}% "
+            f"samples/s={self.samples_per_s:.0f} elapsed={self.elapsed_s:.1f}s"
+        )
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size (``ru_maxrss`` is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024
+
+
+def summary(history: list[EpochRecord], extra: dict[str, Any]) -> dict[str, Any]:
+    """metrics.json content: final figures, throughput over the epochs trained, history."""
+    final = history[-1] if history else None
+    train_seconds = sum(record.train_seconds for record in history)
+    samples = sum(record.samples_per_s * record.train_seconds for record in history)
+    return {
+        "final_test_accuracy": final.test_accuracy if final else None,
+        "final_test_loss": final.test_loss if final else None,
+        "final_train_loss": final.train_loss if final else None,
+        "samples_per_s": samples / train_seconds if train_seconds else None,
+        "train_time_s": train_seconds,
+        "history": [record.as_dict() for record in history],
+        **extra,
+    }
+
+
+def export_results(
+    output_dir: Path, module: nn.Module, history: list[EpochRecord], extra: dict[str, Any]
+) -> None:
+    """Write ``model.pt`` (the unwrapped module's state_dict) and ``metrics.json``, atomically."""
+    buffer = io.BytesIO()
+    torch.save({name: t.contiguous() for name, t in module.state_dict().items()}, buffer)
+    atomic_write_bytes(output_dir / MODEL_FILE, buffer.getvalue())
+    atomic_write_json(output_dir / METRICS_FILE, summary(history, extra))

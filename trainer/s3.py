@@ -1,0 +1,210 @@
+"""MNIST from S3: layout, download into the node-local cache, sha256 verification.
+
+Layout of ``s3://BUCKET/PREFIX``::
+
+    PREFIX/train-images-idx3-ubyte.gz   PREFIX/train-labels-idx1-ubyte.gz
+    PREFIX/t10k-images-idx3-ubyte.gz    PREFIX/t10k-labels-idx1-ubyte.gz
+    PREFIX/SHA256SUMS                   (sha256sum format, one line per .gz file)
+
+Files land in ``CACHE/MNIST/raw/`` (with the SHA256SUMS), so the cache dir is itself a valid
+``--data`` root. Ranks on one node serialise on an exclusive lock file in the cache dir: the first
+downloads and verifies, the others find a verified cache and download nothing.
+Endpoint and keys come from the environment: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION`` (default us-east-1). boto3 is imported only here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.data import FILES, S3_SEED_HINT, SUMS_FILE, format_sums, read_sums, sha256_file
+from trainer.errors import (
+    DataError,
+    S3CredentialsError,
+    S3UnreachableError,
+    TrainerError,
+    write_line,
+)
+from trainer.fsio import atomic_write_bytes
+
+GZ_FILES = tuple(f"{name}.gz" for name in FILES)
+CONNECT_TIMEOUT_S = 3
+READ_TIMEOUT_S = 60
+MAX_ATTEMPTS = 2
+_CREDENTIAL_CODES = {
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "AccessDenied",
+    "InvalidToken",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "AuthorizationHeaderMalformed",
+    "403",
+    "Forbidden",
+}
+_MISSING_CODES = {"NoSuchBucket", "NoSuchKey", "404", "NotFound"}
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        return cls(bucket, prefix.strip("/"))
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def url(self, name: str = "") -> str:
+        return f"s3://{self.bucket}/{self.key(name)}" if name else f"s3://{self.bucket}/{self.prefix}"
+
+
+def endpoint() -> str:
+    return os.environ.get("AWS_ENDPOINT_URL") or "the default AWS endpoint"
+
+
+def make_client() -> Any:
+    """An S3 client with short connect timeouts and few retries, path-style addressing."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        s3={"addressing_style": "path"},
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
+        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        config=config,
+    )
+
+
+def classify(error: Exception, what: str) -> TrainerError:
+    """Map a botocore exception to the trainer's exit-code classes."""
+    from botocore import exceptions as bx
+
+    if isinstance(error, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        return S3CredentialsError(
+            f"no credentials for {what}: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        )
+    if isinstance(error, bx.ClientError):
+        info = error.response.get("Error", {})
+        code = str(info.get("Code", ""))
+        if code in _CREDENTIAL_CODES:
+            return S3CredentialsError(
+                f"{endpoint()} rejected the credentials for {what} ({code}); "
+                "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            )
+        if code in _MISSING_CODES:
+            return DataError(f"{what} not found ({code}); {S3_SEED_HINT}")
+        return DataError(f"{what}: S3 error {code}: {info.get('Message', '')}")
+    if isinstance(error, (bx.ConnectionError, bx.HTTPClientError)):
+        return S3UnreachableError(
+            f"cannot reach the S3 endpoint {endpoint()} for {what} ({error}); "
+            "check AWS_ENDPOINT_URL and that the server is up"
+        )
+    if isinstance(error, TrainerError):
+        return error
+    raise error
+
+
+@contextmanager
+def s3_errors(what: str) -> Iterator[None]:
+    """Turn botocore errors raised inside the block into one-line TrainerErrors."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (BotoCoreError, ClientError) as error:
+        raise classify(error, what) from None
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def fetch_dataset(location: S3Location, cache_dir: Path, local_rank: int = 0) -> Path:
+    """Download (once per node) and verify the four files; returns the cache root for --data."""
+    raw_dir = cache_dir / "MNIST" / "raw"
+    client = make_client()
+    with exclusive_lock(cache_dir / ".lock"):
+        with s3_errors(location.url(SUMS_FILE)):
+            body = client.get_object(Bucket=location.bucket, Key=location.key(SUMS_FILE))["Body"]
+            sums_text = body.read().decode()
+        sums_path = raw_dir / SUMS_FILE
+        atomic_write_bytes(sums_path, sums_text.encode())
+        sums = read_sums(sums_path)
+        for name in GZ_FILES:
+            if name not in sums:
+                raise DataError(f"{location.url(SUMS_FILE)} has no line for {name}; re-seed it")
+            target = raw_dir / name
+            if target.is_file() and sha256_file(target) == sums[name]:
+                continue
+            download_verified(client, location, name, target, sums[name])
+            note(local_rank, f"downloaded {location.url(name)} to {target} (sha256 verified)")
+    return cache_dir
+
+
+def download_verified(client: Any, location: S3Location, name: str, target: Path, expected: str) -> None:
+    """Download to a temp name beside ``target``, check sha256, then rename into place."""
+    partial = target.with_name(f".{name}.partial")
+    with s3_errors(location.url(name)):
+        client.download_file(location.bucket, location.key(name), str(partial))
+    actual = sha256_file(partial)
+    if actual != expected:
+        partial.unlink(missing_ok=True)
+        raise DataError(
+            f"{location.url(name)}: sha256 {actual} does not match SHA256SUMS ({expected}); re-seed"
+        )
+    os.replace(partial, target)
+
+
+def upload_dataset(location: S3Location, files: dict[str, Path]) -> dict[str, str]:
+    """Create the bucket if needed, upload ``{name: path}`` and a SHA256SUMS; returns the sums."""
+    client = make_client()
+    sums = {name: sha256_file(path) for name, path in files.items()}
+    ensure_bucket(client, location.bucket)
+    for name, path in files.items():
+        with s3_errors(location.url(name)):
+            client.upload_file(str(path), location.bucket, location.key(name))
+    with s3_errors(location.url(SUMS_FILE)):
+        client.put_object(
+            Bucket=location.bucket, Key=location.key(SUMS_FILE), Body=format_sums(sums).encode()
+        )
+    return sums
+
+
+def ensure_bucket(client: Any, bucket: str) -> None:
+    from botocore.exceptions import ClientError
+
+    with s3_errors(f"s3://{bucket}"):
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError as error:
+            if str(error.response.get("Error", {}).get("Code")) not in _MISSING_CODES:
+                raise
+            client.create_bucket(Bucket=bucket)
+
+
+def note(local_rank: int, message: str) -> None:
+    write_line(f"trainer: s3: [local rank {local_rank}] {message}", sys.stdout)

@@ -1,0 +1,233 @@
+"""The training run: setup, automatic resume, the epoch loop, checkpoints and the final export."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer import checkpoint, dist, engine
+from trainer.cli import TrainConfig
+from trainer.data import MnistTensors, load_mnist
+from trainer.errors import UsageError, write_line
+from trainer.metrics import EpochRecord, export_results, peak_rss_mib
+from trainer.model import build_model, state_dict_sha256
+from trainer.scaling import BatchPlan, plan_batches, scaled_lr
+
+PCT_START = 0.25
+
+
+@dataclass
+class Run:
+    """Everything one process trains with; built once by :func:`setup`."""
+
+    config: TrainConfig
+    env: dist.DistEnv
+    backend: str
+    device: torch.device
+    data: MnistTensors
+    plan: BatchPlan
+    lr: float
+    module: nn.Module
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.OneCycleLR
+    started: float
+
+
+def warmup_fraction(total_steps: int) -> float:
+    """OneCycleLR's pct_start; it divides by ``pct_start * total_steps - 1``, so avoid exactly 1."""
+    if abs(PCT_START * total_steps - 1) < 1e-9:
+        return 1.5 / total_steps
+    return PCT_START
+
+
+def log(env: dist.DistEnv, message: str) -> None:
+    """Rank 0 alone prints progress, on stdout."""
+    if env.is_main:
+        write_line(f"trainer: {message}", sys.stdout)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def data_root(config: TrainConfig, env: dist.DistEnv) -> Path:
+    if not config.data_is_s3:
+        return Path(config.data)
+    from trainer.s3 import S3Location, fetch_dataset
+
+    return fetch_dataset(S3Location.parse(config.data), config.cache_dir, env.local_rank)
+
+
+def setup(config: TrainConfig, started: float) -> Run:
+    env = dist.dist_env_from(os.environ)
+    cuda = torch.cuda.is_available()
+    backend = dist.choose_backend(config.backend, cuda)
+    device = dist.choose_device(env, cuda)
+    root = data_root(config, env)
+    data = load_mnist(root, device, config.train_limit)
+    plan = plan_batches(config.batch_size, config.scaling, env.world_size, len(data.train_y))
+    dist.init_process_group(env, backend, device, config.dist_timeout)
+    seed_everything(config.seed)
+    module = build_model(device)
+    model = DistributedDataParallel(module) if env.is_distributed else module
+    lr = scaled_lr(config.lr, config.lr_scaling, env.world_size)
+    optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer,
+        max_lr=lr,
+        total_steps=plan.steps_per_epoch * config.epochs,
+        pct_start=warmup_fraction(plan.steps_per_epoch * config.epochs),
+    )
+    return Run(config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started)
+
+
+def describe(run: Run) -> str:
+    plan = run.plan
+    return (
+        f"start world_size={run.env.world_size} backend={run.backend} device={run.device} "
+        f"scaling={run.config.scaling} per_rank_batch={plan.per_rank_batch} "
+        f"global_batch={plan.global_batch} steps_per_epoch={plan.steps_per_epoch} "
+        f"epochs={run.config.epochs} lr={run.lr:g} train_images={len(run.data.train_y)}"
+    )
+
+
+def snapshot(run: Run, epoch: int, history: list[EpochRecord]) -> dict[str, Any]:
+    cuda_rng = torch.cuda.get_rng_state_all() if run.device.type == "cuda" else []
+    return {
+        "epoch": epoch,
+        "epochs": run.config.epochs,
+        "total_steps": run.plan.steps_per_epoch * run.config.epochs,
+        "model": run.module.state_dict(),
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), "cuda": cuda_rng, "python": random.getstate()},
+        "history": [record.as_dict() for record in history],
+    }
+
+
+def resume(run: Run) -> tuple[int, list[EpochRecord]]:
+    """Rank 0 picks the newest valid checkpoint and sends its bytes to all ranks; all load it."""
+    message = b""
+    if run.env.is_main:
+        found = checkpoint.newest_valid(run.config.checkpoint_dir, lambda line: log(run.env, line))
+        message = b"" if found is None else str(found[0]).encode() + b"\n" + found[1]
+    message = dist.broadcast_bytes(message, run.device)
+    if not message:
+        log(run.env, f"no checkpoint in {run.config.checkpoint_dir}; starting at epoch 1")
+        return 0, []
+    raw_path, _, payload = message.partition(b"\n")
+    path = raw_path.decode()
+    state = checkpoint.decode(payload, run.device)
+    total_steps = run.plan.steps_per_epoch * run.config.epochs
+    if state["total_steps"] != total_steps:
+        raise UsageError(
+            f"{path} was written by a run with {state['total_steps']} total steps "
+            f"(--epochs={state['epochs']}), this run has {total_steps}; "
+            "use the same flags or a new --checkpoint-dir"
+        )
+    run.module.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    torch.set_rng_state(state["rng"]["torch"].cpu())
+    if state["rng"]["cuda"]:
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
+    random.setstate(state["rng"]["python"])
+    log(run.env, f"resumed from {path} (epoch {state['epoch']}/{run.config.epochs})")
+    return state["epoch"], [EpochRecord(**record) for record in state["history"]]
+
+
+def train(run: Run) -> None:
+    config, env, plan, data = run.config, run.env, run.plan, run.data
+    log(env, describe(run))
+    first_epoch, history = resume(run)
+    if first_epoch >= config.epochs:
+        log(env, f"run already finished ({first_epoch}/{config.epochs} epochs); nothing to train")
+    shard = engine.test_shard(len(data.test_y), env.rank, env.world_size)
+    for epoch in range(first_epoch + 1, config.epochs + 1):
+        batches = engine.epoch_indices(
+            len(data.train_y),
+            epoch,
+            config.seed,
+            env.rank,
+            env.world_size,
+            plan.per_rank_batch,
+            plan.steps_per_epoch,
+        )
+        tick = time.perf_counter()
+        train_loss = engine.train_one_epoch(
+            run.model, run.optimizer, run.scheduler, data.train_x, data.train_y, batches
+        )
+        seconds = time.perf_counter() - tick
+        dist.broadcast_buffers_from_main(run.module)
+        result = engine.evaluate(run.model, data.test_x, data.test_y, shard)
+        record = EpochRecord(
+            epoch,
+            train_loss,
+            result.loss,
+            result.accuracy,
+            plan.samples_per_epoch / seconds,
+            seconds,
+            time.perf_counter() - run.started,
+        )
+        history.append(record)
+        log(env, record.line(config.epochs))
+        last = epoch == config.epochs
+        every = config.checkpoint_every
+        if env.is_main and (last or (every and epoch % every == 0)):
+            path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
+            log(env, f"checkpoint {path}")
+    finish(run, history, first_epoch)
+
+
+def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
+    """Gather per-rank checksums and memory, then rank 0 exports model.pt and metrics.json."""
+    dist.broadcast_buffers_from_main(run.module)
+    checksums = [
+        raw.decode() for raw in dist.gather_bytes(state_dict_sha256(run.module).encode(), run.device)
+    ]
+    rss = [
+        round(float(raw.decode()), 1)
+        for raw in dist.gather_bytes(f"{peak_rss_mib():.1f}".encode(), run.device)
+    ]
+    if run.env.is_main:
+        export_results(
+            run.config.output_dir,
+            run.module,
+            history,
+            {
+                "world_size": run.env.world_size,
+                "backend": run.backend,
+                "device": str(run.device),
+                "scaling": run.config.scaling,
+                "per_rank_batch": run.plan.per_rank_batch,
+                "global_batch": run.plan.global_batch,
+                "steps_per_epoch": run.plan.steps_per_epoch,
+                "lr": run.lr,
+                "epochs": run.config.epochs,
+                "resumed_from_epoch": resumed_from,
+                "wall_time_s": time.perf_counter() - run.started,
+                "state_dict_sha256_per_rank": checksums,
+                "peak_rss_mib_per_rank": rss,
+            },
+        )
+        log(run.env, f"wrote {run.config.output_dir / 'metrics.json'} and model.pt")
+
+
+def run_training(config: TrainConfig, started: float) -> None:
+    run = setup(config, started)
+    try:
+        train(run)
+    finally:
+        dist.destroy_process_group()
+    sys.stdout.flush()
