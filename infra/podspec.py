@@ -218,11 +218,12 @@ def pod_template(
     data_claim: pulumi.Input[str],
     checkpoint_claim: pulumi.Input[str],
     secret_name: pulumi.Input[str] | None,
+    service_account: pulumi.Input[str] | None = None,
     extra_env: Sequence[core.EnvVarArgs] = (),
     subdomain: str | None = None,
     restart_policy: str | None = None,
 ) -> core.PodTemplateSpecArgs:
-    """The trainer pod, Pod Security 'restricted', for any job kind."""
+    """The trainer pod, Pod Security 'restricted', for any job kind, running as `service_account`."""
     command, args = container_command(settings, names)
     volumes, mounts = _volumes(settings, data_claim, checkpoint_claim)
     uid = settings.job_run_as_user
@@ -253,6 +254,7 @@ def pod_template(
             volumes=volumes,
             restart_policy=restart_policy,
             subdomain=subdomain,
+            service_account_name=service_account,
             automount_service_account_token=False,
             enable_service_links=False,
             node_selector=scheduling.node_selector(settings.job_node_selector) or None,

@@ -1,12 +1,15 @@
-"""Composes the stack: namespace, storage, credentials, operator, training job, outputs."""
+"""Composes the stack: namespace (and its budget), storage, credentials, operator, the job's identity and
+network policy, the training job, outputs."""
 
 from __future__ import annotations
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.budget import NamespaceBudget, has_budget
 from infra.config import S3Credentials
 from infra.credentials import ObjectStoreCredentials
+from infra.isolation import JobNetworkPolicy, JobServiceAccount
 from infra.jobs import IndexedJob, JobInputs, PyTorchJob
 from infra.meta import JOB_LABEL, job_names, labels
 from infra.settings import Settings
@@ -31,18 +34,27 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     from infra.storage import TrainingStorage
 
     namespace = _namespace(settings)
+    if has_budget(settings):
+        NamespaceBudget("budget", settings, namespace)
     storage = TrainingStorage("storage", settings, namespace)
     uses_secret = credentials is not None or bool(settings.minio_existing_secret)
     secret_name = None
     if uses_secret:
         secret_name = ObjectStoreCredentials("s3", settings, credentials, namespace).secret_name
     names = job_names(settings)
-    after = (TrainingOperator("training-operator", settings),) if settings.operator_install else ()
+    identity = JobServiceAccount("identity", settings, names, namespace)
+    after: tuple[pulumi.Resource, ...] = ()
+    if settings.operator_install:
+        after += (TrainingOperator("training-operator", settings),)
+    if settings.job_network_policy:
+        # In place before the first pod starts, so no pod of the job ever runs unrestricted.
+        after += (JobNetworkPolicy("network", settings, names, namespace),)
     inputs = JobInputs(
         names=names,
         data_claim=storage.data_claim,
         checkpoint_claim=storage.checkpoint_claim,
         secret_name=secret_name,
+        service_account=identity.service_account_name,
         after=after,
     )
     if settings.job_kind == "pytorchjob":
@@ -60,6 +72,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         "checkpointClaim": storage.checkpoint_claim,
         "storageClass": storage.storage_class,
         "s3SecretName": secret_name,
+        "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,
         "logsCommand": f"kubectl -n {ns} logs -f -l {JOB_LABEL}={names.job} --prefix "
         f"--max-log-requests={settings.job_nodes + 1}",

@@ -31,6 +31,20 @@ def _pod_facts(template: dict[str, Any]) -> str:
     return f"gpus/node={limits.get('nvidia.com/gpu', 0)} backend={backend} image={container['image']}"
 
 
+def _ports(rule: dict[str, Any]) -> str:
+    ports = [
+        f"{p['port']}-{p['endPort']}" if "endPort" in p else str(p["port"]) for p in rule.get("ports", [])
+    ]
+    return ",".join(dict.fromkeys(ports)) or "any"
+
+
+def _network_policy_facts(spec: dict[str, Any]) -> str:
+    selector = ",".join(f"{k}={v}" for k, v in spec["podSelector"].get("matchLabels", {}).items())
+    ingress = " ".join(f"in:{_ports(r)}" for r in spec.get("ingress", []))
+    egress = " ".join(f"out:{_ports(r)}" for r in spec.get("egress", []))
+    return f"pods={selector} {ingress} {egress}".strip()
+
+
 def describe(obj: dict[str, Any]) -> str:
     """The key facts of one object, for the summary table."""
     kind, spec = obj["kind"], obj.get("spec", {})
@@ -47,6 +61,19 @@ def describe(obj: dict[str, Any]) -> str:
         )
     if kind == "Secret":
         return f"keys={','.join(sorted(obj.get('stringData', obj.get('data', {}))))} (values redacted)"
+    if kind == "ServiceAccount":
+        return f"automountToken={str(obj.get('automountServiceAccountToken', True)).lower()}"
+    if kind == "NetworkPolicy":
+        return _network_policy_facts(spec)
+    if kind == "ResourceQuota":
+        return " ".join(f"{k}={v}" for k, v in sorted(spec["hard"].items()))
+    if kind == "LimitRange":
+        return " ".join(
+            f"{item['type'].lower()}.{field}.{k}={v}"
+            for item in spec["limits"]
+            for field in ("max", "default", "defaultRequest")
+            for k, v in sorted(item.get(field, {}).items())
+        )
     if kind == "Service":
         return f"headless={spec.get('clusterIP') == 'None'} ports={[p['port'] for p in spec['ports']]}"
     if kind == "PyTorchJob":

@@ -59,6 +59,46 @@ class Settings(BaseModel):
         "Target Kubernetes minor version; the offline render validates against it.",
     )
 
+    # --- namespace budget (ResourceQuota / LimitRange; every key off by default) -------------
+    namespace_gpu_quota: int = key(
+        "namespaceGpuQuota",
+        0,
+        "ResourceQuota: nvidia.com/gpu requested by all pods of the namespace together; 0 sets none.",
+        ge=0,
+        le=4096,
+    )
+    namespace_cpu_quota: str = key(
+        "namespaceCpuQuota",
+        "",
+        "ResourceQuota: CPU requested by all pods of the namespace together (a quantity); empty sets none.",
+    )
+    namespace_memory_quota: str = key(
+        "namespaceMemoryQuota",
+        "",
+        "ResourceQuota: memory requested by all pods of the namespace together (a quantity); "
+        "empty sets none.",
+    )
+    namespace_max_gpus_per_container: int = key(
+        "namespaceMaxGpusPerContainer",
+        0,
+        "LimitRange: the most nvidia.com/gpu one container of the namespace may use (containers that set "
+        "no GPU limit get 0); 0 sets none.",
+        ge=0,
+        le=16,
+    )
+    namespace_default_cpu_request: str = key(
+        "namespaceDefaultCpuRequest",
+        "",
+        "LimitRange: CPU request given to containers that set none (a quantity; lets them in under "
+        "namespaceCpuQuota); empty sets none.",
+    )
+    namespace_default_memory_request: str = key(
+        "namespaceDefaultMemoryRequest",
+        "",
+        "LimitRange: memory request given to containers that set none (a quantity; lets them in under "
+        "namespaceMemoryQuota); empty sets none.",
+    )
+
     # --- storage -----------------------------------------------------------------------------
     storage_provider: Literal["nfs-csi", "gke-filestore", "azure-files", "aws-efs", "existing"] = key(
         "storageProvider",
@@ -227,8 +267,9 @@ class Settings(BaseModel):
     )
     job_restart_policy: Literal["OnFailure", "Never", "ExitCode"] = key(
         "jobRestartPolicy",
-        "ExitCode",
-        "PyTorchJob replica restart policy; ExitCode retries only signals/128+ codes.",
+        "OnFailure",
+        "PyTorchJob replica restart policy: OnFailure restarts a failed replica (up to jobBackoffLimit "
+        "restarts); ExitCode fails at once on exit codes 1-127, bad input and a lost peer alike.",
     )
     job_clean_pod_policy: Literal["None", "Running", "All"] = key(
         "jobCleanPodPolicy", "None", "PyTorchJob cleanPodPolicy: which pods to delete when the job ends."
@@ -254,6 +295,12 @@ class Settings(BaseModel):
         "Collective timeout; a hung rank fails the job after this.",
         ge=30,
         le=86400,
+    )
+    job_network_policy: bool = key(
+        "jobNetworkPolicy",
+        True,
+        "A NetworkPolicy that limits the job's pods to each other, DNS and the S3 endpoint; false "
+        "leaves their traffic unrestricted (for CNIs or DNS setups the policy does not fit).",
     )
     job_run_as_user: int = key(
         "jobRunAsUser", 1000, "uid/gid the trainer runs as (the image's user).", ge=1, le=2147483647
@@ -291,7 +338,13 @@ class Settings(BaseModel):
             raise ValueError("a positive Kubernetes quantity such as 500m, 2, 10Gi")
         return value
 
-    @field_validator("job_cpu_limit")
+    @field_validator(
+        "job_cpu_limit",
+        "namespace_cpu_quota",
+        "namespace_memory_quota",
+        "namespace_default_cpu_request",
+        "namespace_default_memory_request",
+    )
     @classmethod
     def _optional_quantity(cls, value: str) -> str:
         return value and cls._quantity(value)

@@ -152,6 +152,45 @@ BAD_CONFIGS = [
         {"jobTtlSecondsAfterFinished": -5},
         "config ddp-mnist:jobTtlSecondsAfterFinished=-5 is invalid: must be >= 0",
     ),
+    # --- namespace budget and isolation ---
+    ({"namespaceGpuQuota": -1}, "config ddp-mnist:namespaceGpuQuota=-1 is invalid: must be >= 0"),
+    ({"namespaceGpuQuota": "four"}, "config ddp-mnist:namespaceGpuQuota=four is invalid: must be an integer"),
+    (
+        {"jobGpusPerNode": 2, "jobProcsPerNode": 2, "namespaceGpuQuota": 3},
+        "config ddp-mnist:namespaceGpuQuota=3 is invalid: must be >= the job's 4 GPUs (jobNodes x jobGpusPerNode), or its pods can never all start",
+    ),
+    (
+        {"namespaceMaxGpusPerContainer": 17},
+        "config ddp-mnist:namespaceMaxGpusPerContainer=17 is invalid: must be <= 16",
+    ),
+    (
+        {"jobGpusPerNode": 4, "jobProcsPerNode": 4, "namespaceMaxGpusPerContainer": 2},
+        "config ddp-mnist:jobGpusPerNode=4 is invalid: must be <= namespaceMaxGpusPerContainer (2)",
+    ),
+    (
+        {"namespaceCpuQuota": "lots"},
+        "config ddp-mnist:namespaceCpuQuota=lots is invalid: must be a positive Kubernetes quantity such as 500m, 2, 10Gi",
+    ),
+    (
+        {"namespaceCpuQuota": "3"},
+        "config ddp-mnist:namespaceCpuQuota=3 is invalid: must be >= jobNodes x jobCpuRequest (2 x 2), or its pods can never all start",
+    ),
+    (
+        {"namespaceMemoryQuota": "3Gi"},
+        "config ddp-mnist:namespaceMemoryQuota=3Gi is invalid: must be >= jobNodes x jobMemoryRequest (2 x 2Gi), or its pods can never all start",
+    ),
+    (
+        {"namespaceDefaultCpuRequest": "0"},
+        "config ddp-mnist:namespaceDefaultCpuRequest=0 is invalid: must be a positive Kubernetes quantity such as 500m, 2, 10Gi",
+    ),
+    (
+        {"namespaceDefaultMemoryRequest": "-1Gi"},
+        "config ddp-mnist:namespaceDefaultMemoryRequest=-1Gi is invalid: must be a positive Kubernetes quantity such as 500m, 2, 10Gi",
+    ),
+    (
+        {"jobNetworkPolicy": "sometimes"},
+        "config ddp-mnist:jobNetworkPolicy=sometimes is invalid: must be true or false",
+    ),
 ]
 
 

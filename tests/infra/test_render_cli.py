@@ -29,6 +29,8 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "StorageClass",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
+        "ServiceAccount",
+        "NetworkPolicy",
         "Service",
         "Job",
     ]

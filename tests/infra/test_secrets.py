@@ -16,7 +16,7 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
     caplog.set_level(logging.DEBUG)
     mocks = RecordingMocks()
     config = stack_config(
-        {**BASE, "jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000"},
+        {**BASE, "jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000", "namespaceGpuQuota": 4},
         secrets={"minioAccessKey": CANARY_ID, "minioSecretKey": CANARY_KEY},
     )
     rendering = render(config, mocks)
@@ -34,6 +34,8 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
     assert string_data["value"] == {"AWS_ACCESS_KEY_ID": CANARY_ID, "AWS_SECRET_ACCESS_KEY": CANARY_KEY}
     (obj,) = [o for o in rendering.objects if o["kind"] == "Secret"]
     assert obj["stringData"] == {"AWS_ACCESS_KEY_ID": REDACTED, "AWS_SECRET_ACCESS_KEY": REDACTED}
-    # Only the Secret object holds them: every other registration is free of both values.
+    # Only the Secret object holds them: every other registration is free of both values, the job's
+    # ServiceAccount, NetworkPolicy (which names the S3 endpoint) and namespace budget included.
+    assert {"ServiceAccount", "NetworkPolicy", "ResourceQuota"} <= {o["kind"] for o in rendering.objects}
     others = repr([r.inputs for r in mocks.registrations if r is not secret])
     assert CANARY_ID not in others and CANARY_KEY not in others

@@ -1,0 +1,154 @@
+"""Least privilege for the training job: its own ServiceAccount (no token, no RBAC) and a NetworkPolicy.
+
+The NetworkPolicy selects the job's pods by `JOB_LABEL` and lets them talk only to each other (on the
+rendezvous port and the ports the collectives pick), to cluster DNS and to the S3 endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.meta import JOB_LABEL, JobNames, labels
+from infra.settings import PROJECT, Settings
+
+net = k8s.networking.v1
+meta = k8s.meta.v1
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+DNS_NAMESPACE = "kube-system"
+# gloo and NCCL do not listen on a fixed port: gloo's pair listeners, NCCL's bootstrap root and its
+# socket transport bind port 0, so the kernel hands them a port from the pod network namespace's
+# net.ipv4.ip_local_port_range, 32768-60999 unless changed. Peers of the same job may reach that whole
+# range (TCP); nobody else may reach any port. RDMA (InfiniBand/RoCE) traffic bypasses NetworkPolicy.
+EPHEMERAL_PORTS = (32768, 60999)
+
+
+@dataclass(frozen=True)
+class S3Destination:
+    """Where the trainer's S3 client connects: a port, and the namespace when it is an in-cluster Service."""
+
+    port: int
+    namespace: str | None
+
+
+def s3_destination(settings: Settings) -> S3Destination | None:
+    """The S3 endpoint as a NetworkPolicy can express it, or None when no endpoint is configured.
+
+    `minio` (one label) is a Service of the job's own namespace; `minio.storage.svc` and
+    `minio.storage.svc.cluster.local` are Services of namespace `storage`; anything else is outside the
+    cluster's Service names, so only its port can be restricted.
+    """
+    if not settings.minio_endpoint:
+        return None
+    host, _, port = settings.minio_endpoint.partition(":")
+    number = int(port) if port else (443 if settings.minio_tls else 80)
+    parts = host.split(".")
+    if len(parts) == 1:
+        return S3Destination(number, settings.namespace)
+    if len(parts) >= 3 and parts[2] == "svc":
+        return S3Destination(number, parts[1])
+    return S3Destination(number, None)
+
+
+def job_pods(names: JobNames) -> meta.LabelSelectorArgs:
+    """The job's pods, and only them: every pod template of the job carries this label, nothing else does."""
+    return meta.LabelSelectorArgs(match_labels={JOB_LABEL: names.job})
+
+
+def _namespace(name: str) -> net.NetworkPolicyPeerArgs:
+    return net.NetworkPolicyPeerArgs(
+        namespace_selector=meta.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: name})
+    )
+
+
+def peer_ports(settings: Settings) -> list[net.NetworkPolicyPortArgs]:
+    """Rendezvous (torchrun's TCPStore on the master port) and the collectives' ephemeral ports."""
+    low, high = EPHEMERAL_PORTS
+    return [
+        net.NetworkPolicyPortArgs(protocol="TCP", port=settings.job_master_port),
+        net.NetworkPolicyPortArgs(protocol="TCP", port=low, end_port=high),
+    ]
+
+
+def network_policy_spec(settings: Settings, names: JobNames) -> net.NetworkPolicySpecArgs:
+    """Ingress only from the same job's pods; egress only to them, to DNS and to the S3 endpoint."""
+    peers = [net.NetworkPolicyPeerArgs(pod_selector=job_pods(names))]
+    egress = [
+        net.NetworkPolicyEgressRuleArgs(
+            to=[_namespace(DNS_NAMESPACE)],
+            ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
+        ),
+        net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings)),
+    ]
+    s3 = s3_destination(settings)
+    if s3 is not None:
+        egress.append(
+            net.NetworkPolicyEgressRuleArgs(
+                # No `to` for an endpoint outside the cluster: any address, on the endpoint's port only.
+                to=[_namespace(s3.namespace)] if s3.namespace else None,
+                ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)],
+            )
+        )
+    return net.NetworkPolicySpecArgs(
+        pod_selector=job_pods(names),
+        policy_types=["Ingress", "Egress"],
+        ingress=[net.NetworkPolicyIngressRuleArgs(from_=peers, ports=peer_ports(settings))],
+        egress=egress,
+    )
+
+
+class JobNetworkPolicy(pulumi.ComponentResource):
+    """The NetworkPolicy of one training job, named after the job."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        names: JobNames,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:isolation:JobNetworkPolicy", name, {}, opts)
+        policy = net.NetworkPolicy(
+            f"{name}-policy",
+            metadata=meta.ObjectMetaArgs(
+                name=names.job, namespace=namespace, labels=labels(settings, "trainer")
+            ),
+            spec=network_policy_spec(settings, names),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.policy_name = policy.metadata.name
+        self.register_outputs({"policy_name": self.policy_name})
+
+
+class JobServiceAccount(pulumi.ComponentResource):
+    """The job's own identity: a ServiceAccount without a token and without any Role bound to it.
+
+    The trainer never calls the Kubernetes API, so it needs no RBAC; a dedicated account (rather than
+    the namespace's `default`) keeps anything bound to `default` later from reaching the trainer.
+    """
+
+    service_account_name: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        names: JobNames,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:isolation:JobServiceAccount", name, {}, opts)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-account",
+            metadata=meta.ObjectMetaArgs(
+                name=names.job, namespace=namespace, labels=labels(settings, "trainer")
+            ),
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.service_account_name = account.metadata.name
+        self.register_outputs({"service_account_name": self.service_account_name})

@@ -1,0 +1,312 @@
+"""Local scheduler: `python -m infra.local --stack NAME` runs a stack's rendered training job here.
+
+A development scheduler (like TorchX's local scheduler): it renders the stack exactly as
+`infra.render` does, starts one process per replica / index running the pod's own command with
+this project's environment instead of the image, gives each the env its pod would see, maps PVCs
+to `.local/<stack>/pvc/<claim>/`, and follows the job's restart and failure rules. Kubernetes and
+the training operator remain the engine on real clusters.
+
+Exit codes: 0 the job succeeded; 1 the job failed; 2 bad stack config, unknown stack or a job that
+cannot run locally; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from infra.localplan import JobPlan, LocalPod, PlanError, plan
+from infra.manifest import Rendering, render
+from infra.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
+SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+@dataclass
+class JobResult:
+    succeeded: bool
+    reason: str
+    seconds: float
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stack_secret_resolver(rendering: Rendering) -> Any:
+    """Secret references resolve to the stack's own Secret values, else to the local environment."""
+    known: dict[tuple[str, str], str] = {}
+    for reg in rendering.registrations:
+        if reg.type == "kubernetes:core/v1:Secret":
+            data = reg.inputs.get("stringData", {})
+            data = data.get("value", data) if isinstance(data, dict) else {}
+            for key, value in data.items():
+                if value != SECRET_PLACEHOLDER:
+                    known[(reg.inputs["metadata"]["name"], key)] = value
+
+    def resolve(name: str, key: str) -> str:
+        if (name, key) in known:
+            return known[(name, key)]
+        if key in os.environ:
+            return os.environ[key]
+        raise PlanError(f"Secret {name} key {key}: not known locally; export {key} to run this stack here")
+
+    return resolve
+
+
+_OWN_ERROR = re.compile(r"^(?:python -m )?(?:trainer[\w.]*|launch)(?::| error:)")
+_LAUNCH_SUMMARY = re.compile(r"^launch: worker rank \d+ failed")
+
+
+def root_cause(lines: Iterable[str]) -> str:
+    """The trainer's or launcher's own one-line error, else the last line the pod printed."""
+    lines = [line.strip() for line in lines if line.strip()]
+    own = [line for line in lines if _OWN_ERROR.match(line) and not _LAUNCH_SUMMARY.match(line)]
+    return (own or lines or [""])[-1]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from `ps`, which Linux and macOS both have)."""
+    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = defaultdict(list)
+    for line in listing.splitlines():
+        child, parent = (int(x) for x in line.split())
+        children[parent].append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class Supervisor:
+    """Runs the planned pods, streams their output prefixed by pod name, applies restart rules."""
+
+    def __init__(self, job: JobPlan, out: TextIO = sys.stdout, restart_delay: float = 10.0) -> None:
+        self.job = job
+        self.out = out
+        # Like the Job controller's pod backoff (10 s, doubling): a failed pod comes back only after
+        # its peers have seen the failure too, so the new one never joins the old rendezvous.
+        self.restart_delay = restart_delay
+        self.lock = threading.Lock()
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.tails: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=80))
+
+    def say(self, line: str) -> None:
+        with self.lock:
+            print(line, file=self.out, flush=True)
+
+    def _stream(self, pod: LocalPod, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.tails[pod.name].append(line.rstrip())
+            self.say(f"[{pod.name}] {line.rstrip()}")
+
+    def start(self, pod: LocalPod) -> None:
+        proc = subprocess.Popen(
+            pod.argv,
+            env=pod.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.procs[pod.name] = proc
+        threading.Thread(target=self._stream, args=(pod, proc), daemon=True).start()
+
+    def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Signal every process of a pod, as a container runtime does. torchrun starts its workers in
+        sessions of their own, so the pod's process group alone would leave them running."""
+        for pid in [self.procs[name].pid, *descendants(self.procs[name].pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def stop_all(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                self.kill_pod(name, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill_pod(name)
+                proc.wait()
+
+    def _failure(self, pod: LocalPod, code: int, why: str) -> str:
+        return f"pod {pod.name} exited with {code} ({why}): {root_cause(self.tails[pod.name])}"
+
+    def run(self, timeout: float) -> JobResult:
+        job, rule = self.job, self.job.restart
+        started = time.monotonic()
+        limit = min(timeout, job.active_deadline or timeout)
+        restarts: dict[str, int] = defaultdict(int)
+        succeeded: set[str] = set()
+        waiting: dict[str, float] = {}  # pod -> when it starts again
+        for pod in job.pods:
+            self.start(pod)
+        try:
+            while True:
+                now = time.monotonic()
+                if now - started > limit:
+                    return JobResult(False, f"deadline of {limit:.0f}s exceeded", now - started)
+                for pod in job.pods:
+                    if pod.name in waiting:
+                        if now >= waiting[pod.name]:
+                            del waiting[pod.name]
+                            self.start(pod)
+                        continue
+                    proc = self.procs[pod.name]
+                    if pod.name in succeeded or proc.poll() is None:
+                        continue
+                    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+                    if code == 0:
+                        succeeded.add(pod.name)
+                        if (job.kind == "pytorchjob" and pod.index == 0) or len(succeeded) == len(job.pods):
+                            return self._finish(succeeded, started)
+                        continue
+                    if rule.fails_job_at_once(code):
+                        return JobResult(
+                            False,
+                            self._failure(pod, code, "no retry for this exit code"),
+                            time.monotonic() - started,
+                        )
+                    used = restarts[pod.name] if job.kind == "indexed-job" else sum(restarts.values())
+                    if used >= rule.backoff_limit:
+                        return JobResult(
+                            False,
+                            self._failure(pod, code, "backoff limit reached"),
+                            time.monotonic() - started,
+                        )
+                    restarts[pod.name] += 1
+                    delay = self.restart_delay * 2 ** (restarts[pod.name] - 1)
+                    self.say(
+                        f"[local] pod {pod.name} exited with {code}; restarting in {delay:.0f}s "
+                        f"({used + 1}/{rule.backoff_limit})"
+                    )
+                    waiting[pod.name] = now + delay
+                time.sleep(0.2)
+        finally:
+            self.stop_all()
+
+    def _finish(self, succeeded: set[str], started: float) -> JobResult:
+        """The job succeeded (all indexes, or the Master): give the others a moment to exit."""
+        grace = time.monotonic() + 30
+        while time.monotonic() < grace and any(p.poll() is None for p in self.procs.values()):
+            time.sleep(0.2)
+        return JobResult(True, "succeeded", time.monotonic() - started)
+
+
+def prepare_data(job: JobPlan, out: TextIO) -> None:
+    """Seeds the local data volume with MNIST when the job reads a directory that lacks it."""
+    data = next((a.split("=", 1)[1] for a in job.pods[0].argv if a.startswith("--data=")), None)
+    if data is None or data.startswith("s3://"):
+        return
+    root = Path(data)
+    if all(
+        any((d / f"{name}{ext}").is_file() for d in (root, root / "MNIST" / "raw") for ext in ("", ".gz"))
+        for name in MNIST_FILES
+    ):
+        return
+    source = ["--from", str(SHARED_MNIST)] if SHARED_MNIST.is_dir() else ["--download"]
+    print(f"[local] seeding {root} with MNIST ({' '.join(source)})", file=out, flush=True)
+    subprocess.run([sys.executable, "-m", "trainer.seed", *source, "--to", str(root)], cwd=ROOT, check=True)
+
+
+def report(job: JobPlan, result: JobResult, out: TextIO) -> None:
+    status = "Succeeded" if result.succeeded else "Failed"
+    line = f"[local] job {job.job_name} {status} after {result.seconds:.1f}s"
+    if not result.succeeded:
+        print(f"{line}: {result.reason}", file=out, flush=True)
+        return
+    output = job.output_dir
+    if output is not None and (output / "metrics.json").is_file():
+        metrics = json.loads((output / "metrics.json").read_text())
+        accuracy = metrics.get("final_test_accuracy")
+        if isinstance(accuracy, float) and accuracy <= 1:
+            accuracy *= 100
+        line += f": test accuracy {accuracy:.2f}%, model {output / 'model.pt'}"
+    print(line, file=out, flush=True)
+
+
+def run_stack(
+    stack_name: str, workdir: Path, timeout: float, overrides: dict[str, str], out: TextIO = sys.stdout
+) -> tuple[JobPlan, JobResult]:
+    rendering = render(load_stack(stack_name))
+    job = plan(rendering.objects, workdir / stack_name, free_port(), stack_secret_resolver(rendering))
+    for pod in job.pods:
+        pod.env.update(overrides)
+    return run_plan(job, timeout, out)
+
+
+def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
+    """Runs an already planned job (tests plan edited renderings through here)."""
+    prepare_data(job, out)
+    for pod in job.pods:
+        print(f"[local] pod {pod.name}: node rank {pod.index}", file=out, flush=True)
+    result = Supervisor(job, out).run(timeout)
+    report(job, result, out)
+    return job, result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from infra.checks import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m infra.local", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=ROOT / ".local",
+        help="where volumes live: <workdir>/<stack>/pvc/<claim>/ (default: .local)",
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds before the job is failed")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override an env var in every pod (e.g. AWS_ENDPOINT_URL for a local S3)",
+    )
+    args = parser.parse_args(argv)
+    bad = [e for e in args.env if "=" not in e]
+    if bad:
+        parser.error(f"--env {bad[0]!r}: expected KEY=VALUE")
+    overrides = dict(e.split("=", 1) for e in args.env)
+    try:
+        _, result = run_stack(args.stack, args.workdir, args.timeout, overrides)
+    except (ConfigError, StackNotFound, PlanError) as exc:
+        print(f"local: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0 if result.succeeded else EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

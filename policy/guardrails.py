@@ -1,0 +1,523 @@
+"""Platform guardrails as plain functions over Kubernetes objects (dicts as the API server sees them).
+
+Each rule takes one object (or, for `shared_claims_read_write_many`, all of a stack's objects) and
+returns its violations as one-line messages; an empty list means compliant. Nothing here imports
+Pulumi: `crossguard.py` wraps the rules as CrossGuard policies, and the tests call them directly on
+the objects the program renders.
+
+Workloads understood: kubeflow.org PyTorchJob (templates under spec.pytorchReplicaSpecs.*, processes
+per pod from spec.nprocPerNode), batch/v1 Job (processes per pod from a literal PET_NPROC_PER_NODE
+env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Pod and PodTemplate.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Obj = Mapping[str, Any]
+GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """One pod template of a workload: where it is, its metadata and spec, how many pods it makes."""
+
+    where: str
+    namespace: str
+    metadata: Obj
+    spec: Obj
+    pods: int
+    procs_per_pod: int | None
+
+
+def _int(value: Any) -> int | None:
+    """An integer from an int, an integral float (the engine sends every number as a double) or a
+    decimal string ("4"); None for "auto", "gpu" and the like."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _quantity(value: Any) -> int | str:
+    """A count as a number when it is one ("2", 2 and 2.0 alike), else its text."""
+    number = _int(value)
+    return str(value) if number is None else number
+
+
+def _count(value: Any, default: int = 1) -> int:
+    number = _int(value)
+    return default if number is None else number
+
+
+def _name(obj: Obj) -> str:
+    return f"{obj.get('kind', '?')} {obj.get('metadata', {}).get('name', '?')}"
+
+
+def containers(spec: Obj, ephemeral: bool = True) -> Iterator[Obj]:
+    """Every container of a pod spec: init containers, containers and (optionally) ephemeral ones."""
+    fields = ["initContainers", "containers"] + (["ephemeralContainers"] if ephemeral else [])
+    for field in fields:
+        yield from spec.get(field) or []
+
+
+def _env_procs(spec: Obj) -> int | None:
+    for container in containers(spec, ephemeral=False):
+        for env in container.get("env") or []:
+            if env.get("name") == "PET_NPROC_PER_NODE" and "value" in env:
+                return _int(env["value"])
+    return None
+
+
+def pod_templates(obj: Obj) -> list[PodTemplate]:
+    """The pod templates of a workload object (empty for anything that makes no pods)."""
+    kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
+    spec = obj.get("spec") or {}
+    namespace = (obj.get("metadata") or {}).get("namespace", "")
+    where = _name(obj)
+
+    def template(t: Obj, label: str, pods: int, procs: int | None) -> PodTemplate:
+        return PodTemplate(label, namespace, t.get("metadata") or {}, t.get("spec") or {}, pods, procs)
+
+    if kind == "PyTorchJob" and api.startswith("kubeflow.org/"):
+        procs = _int(spec.get("nprocPerNode"))
+        return [
+            template(
+                replica.get("template") or {}, f"{where} {rtype}", _count(replica.get("replicas")), procs
+            )
+            for rtype, replica in sorted((spec.get("pytorchReplicaSpecs") or {}).items())
+        ]
+    if kind == "Job" and api.startswith("batch/"):
+        t = spec.get("template") or {}
+        parallelism = _count(spec.get("parallelism"))
+        pods = min(parallelism, _count(spec.get("completions"), parallelism))
+        return [template(t, where, pods, _env_procs(t.get("spec") or {}))]
+    if kind == "CronJob" and api.startswith("batch/"):
+        job = (spec.get("jobTemplate") or {}).get("spec") or {}
+        return [template(job.get("template") or {}, where, _count(job.get("parallelism")), None)]
+    if kind in {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"} and api.startswith("apps/"):
+        return [template(spec.get("template") or {}, where, _count(spec.get("replicas")), None)]
+    if kind == "PodTemplate" and api == "v1":
+        return [template(obj.get("template") or {}, where, 1, None)]
+    if kind == "Pod" and api == "v1":
+        return [PodTemplate(where, namespace, obj.get("metadata") or {}, spec, 1, None)]
+    return []
+
+
+# --- GPUs --------------------------------------------------------------------------------------
+
+
+def gpu_limits_match_processes(obj: Obj) -> list[str]:
+    """GPU pods set nvidia.com/gpu limits (= requests), one GPU per training process of the pod."""
+    violations = []
+    for t in pod_templates(obj):
+        total = 0
+        for c in containers(t.spec, ephemeral=False):
+            resources = c.get("resources") or {}
+            limit = (resources.get("limits") or {}).get(GPU)
+            request = (resources.get("requests") or {}).get(GPU)
+            if request is not None and limit is None:
+                violations.append(f"{t.where}: container {c.get('name')} requests {GPU} without a limit")
+            elif request is not None and _quantity(request) != _quantity(limit):
+                violations.append(
+                    f"{t.where}: container {c.get('name')} requests {request} {GPU} but its limit is {limit}"
+                )
+            total += _int(limit) or 0
+        if total and t.procs_per_pod is not None and total != t.procs_per_pod:
+            violations.append(
+                f"{t.where}: {total} {GPU} per pod for {t.procs_per_pod} processes per node; "
+                "set the GPU limit equal to the processes per node (one GPU per process)"
+            )
+    return violations
+
+
+# --- images ------------------------------------------------------------------------------------
+
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def image_problem(image: str) -> str | None:
+    """Why an image reference is not pinned, or None when it has a version tag or a digest."""
+    if _DIGEST.search(image):
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "is untagged (that means :latest)"
+    if last.rsplit(":", 1)[1] == "latest":
+        return "uses :latest, which moves"
+    return None
+
+
+def images_pinned(obj: Obj) -> list[str]:
+    """No `:latest` and no untagged images: a version tag or an @sha256 digest."""
+    violations = []
+    for t in pod_templates(obj):
+        for c in containers(t.spec):
+            problem = image_problem(str(c.get("image", "")))
+            if problem:
+                violations.append(
+                    f"{t.where}: container {c.get('name')} image {c.get('image')} {problem}; "
+                    "pin a version tag or an @sha256 digest"
+                )
+    return violations
+
+
+# --- shared claims (stack-wide) ----------------------------------------------------------------
+
+
+@dataclass
+class _ClaimUse:
+    pods: int = 0
+    writers: int = 0
+
+
+def _claim_uses(objects: Sequence[Obj]) -> dict[tuple[str, str], _ClaimUse]:
+    uses: dict[tuple[str, str], _ClaimUse] = {}
+    for obj in objects:
+        for t in pod_templates(obj):
+            mounts = [m for c in containers(t.spec) for m in c.get("volumeMounts") or []]
+            for volume in t.spec.get("volumes") or []:
+                claim = volume.get("persistentVolumeClaim")
+                if not claim:
+                    continue
+                mounted = [m for m in mounts if m.get("name") == volume.get("name")]
+                read_only = claim.get("readOnly") or all(m.get("readOnly") for m in mounted)
+                use = uses.setdefault((t.namespace, claim.get("claimName", "")), _ClaimUse())
+                use.pods += t.pods
+                use.writers += 0 if read_only else t.pods
+    return uses
+
+
+def shared_claims_read_write_many(objects: Sequence[Obj]) -> list[tuple[Obj, str]]:
+    """PVCs that more than one pod mounts are ReadWriteMany (ReadOnlyMany will do if nobody writes).
+
+    Returns (claim object, message) pairs. Claims the stack does not define cannot be checked.
+    """
+    uses = _claim_uses(objects)
+    violations = []
+    for obj in objects:
+        if obj.get("kind") != "PersistentVolumeClaim":
+            continue
+        meta = obj.get("metadata") or {}
+        use = uses.get((meta.get("namespace", ""), meta.get("name", "")))
+        if use is None or use.pods < 2:
+            continue
+        modes = list((obj.get("spec") or {}).get("accessModes") or [])
+        allowed = {"ReadWriteMany"} if use.writers else {"ReadWriteMany", "ReadOnlyMany"}
+        if not allowed & set(modes):
+            need = "ReadWriteMany" if use.writers else "ReadWriteMany or ReadOnlyMany"
+            violations.append(
+                (
+                    obj,
+                    f"{_name(obj)} is mounted by {use.pods} pods ({use.writers} writing) but its "
+                    f"accessModes are {modes}; a shared claim must be {need}",
+                )
+            )
+    return violations
+
+
+# --- Pod Security Standards, "restricted" profile ----------------------------------------------
+# https://kubernetes.io/docs/concepts/security/pod-security-standards/ : every baseline control plus
+# the restricted ones, one function each, over (pod spec, pod metadata).
+
+PodCheck = Callable[[Obj, Obj], list[str]]
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+RESTRICTED_VOLUME_TYPES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _sc(obj: Obj) -> Obj:
+    return obj.get("securityContext") or {}
+
+
+def _windows(spec: Obj) -> bool:
+    return (spec.get("os") or {}).get("name") == "windows"
+
+
+def _each_container(spec: Obj) -> Iterator[tuple[str, Obj]]:
+    for c in containers(spec):
+        yield f"container {c.get('name')}", _sc(c)
+
+
+def _contexts(spec: Obj) -> Iterator[tuple[str, Obj]]:
+    """The pod's security context, then each container's."""
+    yield "pod", _sc(spec)
+    yield from _each_container(spec)
+
+
+def check_host_process(spec: Obj, _: Obj) -> list[str]:
+    return [
+        f"{who} sets windowsOptions.hostProcess"
+        for who, sc in _contexts(spec)
+        if (sc.get("windowsOptions") or {}).get("hostProcess")
+    ]
+
+
+def check_host_namespaces(spec: Obj, _: Obj) -> list[str]:
+    return [f"pod sets {field}" for field in ("hostNetwork", "hostPID", "hostIPC") if spec.get(field)]
+
+
+def check_privileged(spec: Obj, _: Obj) -> list[str]:
+    return [f"{who} is privileged" for who, sc in _each_container(spec) if sc.get("privileged")]
+
+
+def check_capabilities(spec: Obj, _: Obj) -> list[str]:
+    if _windows(spec):
+        return []
+    violations = []
+    for who, sc in _each_container(spec):
+        caps = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            violations.append(f"{who} does not drop ALL capabilities")
+        extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
+        if extra:
+            violations.append(f"{who} adds capabilities {extra} (only NET_BIND_SERVICE is allowed)")
+    return violations
+
+
+def check_host_path_volumes(spec: Obj, _: Obj) -> list[str]:
+    return [f"volume {v.get('name')} is a hostPath" for v in spec.get("volumes") or [] if "hostPath" in v]
+
+
+def check_host_ports(spec: Obj, _: Obj) -> list[str]:
+    return [
+        f"container {c.get('name')} uses hostPort {_int(p['hostPort'])}"
+        for c in containers(spec)
+        for p in c.get("ports") or []
+        if p.get("hostPort")
+    ]
+
+
+def check_apparmor(spec: Obj, metadata: Obj) -> list[str]:
+    violations = [
+        f"{who} sets appArmorProfile {profile['type']}"
+        for who, sc in _contexts(spec)
+        if (profile := sc.get("appArmorProfile"))
+        and profile.get("type") not in ("RuntimeDefault", "Localhost")
+    ]
+    for key, value in (metadata.get("annotations") or {}).items():
+        if key.startswith(APPARMOR_ANNOTATION) and not (
+            value == "runtime/default" or str(value).startswith("localhost/")
+        ):
+            violations.append(f"annotation {key} is {value}")
+    return violations
+
+
+def check_selinux(spec: Obj, _: Obj) -> list[str]:
+    violations = []
+    for who, sc in _contexts(spec):
+        options = sc.get("seLinuxOptions") or {}
+        if options.get("type", "") not in SELINUX_TYPES:
+            violations.append(f"{who} sets SELinux type {options['type']}")
+        violations += [f"{who} sets SELinux {field}" for field in ("user", "role") if options.get(field)]
+    return violations
+
+
+def check_proc_mount(spec: Obj, _: Obj) -> list[str]:
+    return [
+        f"{who} sets procMount {sc['procMount']}"
+        for who, sc in _each_container(spec)
+        if sc.get("procMount", "Default") != "Default"
+    ]
+
+
+def check_seccomp(spec: Obj, _: Obj) -> list[str]:
+    if _windows(spec):
+        return []
+    allowed = ("RuntimeDefault", "Localhost")
+    pod_type = (_sc(spec).get("seccompProfile") or {}).get("type")
+    violations = [] if pod_type in (None, *allowed) else [f"pod sets seccompProfile {pod_type}"]
+    for who, sc in _each_container(spec):
+        kind = (sc.get("seccompProfile") or {}).get("type")
+        if kind is None and pod_type not in allowed:
+            violations.append(f"{who} has no RuntimeDefault or Localhost seccompProfile (nor the pod)")
+        elif kind is not None and kind not in allowed:
+            violations.append(f"{who} sets seccompProfile {kind}")
+    return violations
+
+
+def check_sysctls(spec: Obj, _: Obj) -> list[str]:
+    return [
+        f"pod sets unsafe sysctl {s.get('name')}"
+        for s in _sc(spec).get("sysctls") or []
+        if s.get("name") not in SAFE_SYSCTLS
+    ]
+
+
+def check_volume_types(spec: Obj, _: Obj) -> list[str]:
+    violations = []
+    for volume in spec.get("volumes") or []:
+        kinds = set(volume) - {"name"}
+        if not kinds <= RESTRICTED_VOLUME_TYPES:
+            violations.append(f"volume {volume.get('name')} is of type {sorted(kinds)}")
+    return violations
+
+
+def check_privilege_escalation(spec: Obj, _: Obj) -> list[str]:
+    if _windows(spec):
+        return []
+    return [
+        f"{who} does not set allowPrivilegeEscalation: false"
+        for who, sc in _each_container(spec)
+        if sc.get("allowPrivilegeEscalation") is not False
+    ]
+
+
+def check_run_as_non_root(spec: Obj, _: Obj) -> list[str]:
+    pod = _sc(spec).get("runAsNonRoot")
+    violations = ["pod sets runAsNonRoot: false"] if pod is False else []
+    for who, sc in _each_container(spec):
+        value = sc.get("runAsNonRoot")
+        if value is False or (value is None and pod is not True):
+            violations.append(f"{who} may run as root (runAsNonRoot is not true for it or the pod)")
+    return violations
+
+
+def check_run_as_user(spec: Obj, _: Obj) -> list[str]:
+    return [f"{who} sets runAsUser: 0" for who, sc in _contexts(spec) if sc.get("runAsUser") == 0]
+
+
+RESTRICTED_CHECKS: dict[str, PodCheck] = {
+    "host-process": check_host_process,
+    "host-namespaces": check_host_namespaces,
+    "privileged": check_privileged,
+    "capabilities": check_capabilities,
+    "host-path-volumes": check_host_path_volumes,
+    "host-ports": check_host_ports,
+    "apparmor": check_apparmor,
+    "selinux": check_selinux,
+    "proc-mount": check_proc_mount,
+    "seccomp": check_seccomp,
+    "sysctls": check_sysctls,
+    "volume-types": check_volume_types,
+    "privilege-escalation": check_privilege_escalation,
+    "run-as-non-root": check_run_as_non_root,
+    "run-as-user": check_run_as_user,
+}
+
+
+def pod_security_restricted(obj: Obj) -> list[str]:
+    """Every pod template meets Pod Security 'restricted' (all its controls)."""
+    return [
+        f"{t.where}: {message} (restricted: {name})"
+        for t in pod_templates(obj)
+        for name, check in RESTRICTED_CHECKS.items()
+        for message in check(t.spec, t.metadata)
+    ]
+
+
+# --- secrets in env ----------------------------------------------------------------------------
+
+SECRET_ENV_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|ACCESS_KEY|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
+# Names of locations rather than values (AWS_WEB_IDENTITY_TOKEN_FILE, ..._PATH) hold no secret.
+LOCATION_SUFFIX = re.compile(r"_(FILE|PATH|DIR)$", re.I)
+SECRET_VALUE = re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+def no_secret_literals_in_env(obj: Obj) -> list[str]:
+    """Secret material comes from a Secret (valueFrom/envFrom), never as a literal env value.
+
+    Messages name the variable, never its value.
+    """
+    violations = []
+    for t in pod_templates(obj):
+        for c in containers(t.spec):
+            for env in c.get("env") or []:
+                name, value = str(env.get("name", "")), env.get("value")
+                if not value:
+                    continue
+                by_name = SECRET_ENV_NAME.search(name) and not LOCATION_SUFFIX.search(name)
+                if by_name or SECRET_VALUE.search(str(value)):
+                    violations.append(
+                        f"{t.where}: container {c.get('name')} env {name} has a literal value that looks "
+                        "secret; use valueFrom.secretKeyRef"
+                    )
+    return violations
+
+
+# --- resources ---------------------------------------------------------------------------------
+
+
+def requests_and_limits_set(obj: Obj, require_cpu_limit: bool = False) -> list[str]:
+    """Every container requests CPU and memory and has a memory limit (a CPU limit when required).
+
+    CPU limits are optional by default: CFS throttling slows data loading and collective progress
+    threads, while the memory limit is what protects the node.
+    """
+    needed = [("requests", "cpu"), ("requests", "memory"), ("limits", "memory")]
+    if require_cpu_limit:
+        needed.append(("limits", "cpu"))
+    violations = []
+    for t in pod_templates(obj):
+        for c in containers(t.spec, ephemeral=False):
+            resources = c.get("resources") or {}
+            missing = [f"{a}.{r}" for a, r in needed if r not in (resources.get(a) or {})]
+            if missing:
+                violations.append(f"{t.where}: container {c.get('name')} sets no {', '.join(missing)}")
+    return violations
+
+
+# --- job size ----------------------------------------------------------------------------------
+
+
+def job_size(obj: Obj) -> tuple[int, int] | None:
+    """(nodes, GPUs) a training job runs at once; None for objects that are not training jobs."""
+    if obj.get("kind") not in ("PyTorchJob", "Job"):
+        return None
+    templates = pod_templates(obj)
+    if not templates:
+        return None
+    nodes = sum(t.pods for t in templates)
+    gpus = 0
+    for t in templates:
+        per_pod = sum(
+            _int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) or 0
+            for c in containers(t.spec, ephemeral=False)
+        )
+        gpus += per_pod * t.pods
+    return nodes, gpus
+
+
+def job_within_budget(obj: Obj, max_nodes: int, max_gpus: int) -> list[str]:
+    """A training job uses at most `max_nodes` pods and `max_gpus` GPUs (from the policy's config)."""
+    size = job_size(obj)
+    if size is None:
+        return []
+    nodes, gpus = size
+    violations = []
+    if nodes > max_nodes:
+        violations.append(
+            f"{_name(obj)} runs {nodes} nodes; this platform allows at most {max_nodes} per job"
+        )
+    if gpus > max_gpus:
+        violations.append(f"{_name(obj)} uses {gpus} GPUs; this platform allows at most {max_gpus} per job")
+    return violations

@@ -1,0 +1,186 @@
+"""Least privilege as rendered: the job's NetworkPolicy and ServiceAccount, and the namespace budget."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from infra.isolation import EPHEMERAL_PORTS
+from infra.manifest import render
+from infra.meta import JOB_LABEL
+from infra.stackconfig import load_stack, stack_names
+from tests.infra.conftest import by_kind, one, pod_templates, render_config
+
+STACKS = stack_names()
+DNS_RULE = {
+    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+}
+RBAC_KINDS = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def _selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items()) and not selector.get(
+        "matchExpressions"
+    )
+
+
+def _peer_ports(master_port=23456):
+    low, high = EPHEMERAL_PORTS
+    return [{"protocol": "TCP", "port": master_port}, {"protocol": "TCP", "port": low, "endPort": high}]
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_network_policy_selects_exactly_the_jobs_pods(name):
+    rendering = render(load_stack(name))
+    policy = one(rendering, "NetworkPolicy")
+    selector = policy["spec"]["podSelector"]
+    assert selector == {"matchLabels": {JOB_LABEL: "mnist-r1"}}
+    templates = pod_templates(rendering)
+    assert all(_selects(selector, t["metadata"]["labels"]) for t in templates)
+    others = [o for o in rendering.objects if o["kind"] not in ("PyTorchJob", "Job")]
+    assert others and not any(_selects(selector, o["metadata"].get("labels", {})) for o in others)
+
+
+def test_network_policy_of_one_run_does_not_select_another_runs_pods():
+    first = one(render_config({"jobRunId": "r1"}), "NetworkPolicy")
+    second_pods = pod_templates(render_config({"jobRunId": "r2"}))
+    assert not any(_selects(first["spec"]["podSelector"], t["metadata"]["labels"]) for t in second_pods)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
+def test_only_the_jobs_own_pods_reach_it_on_rendezvous_and_collective_ports(kind):
+    spec = one(render_config({"jobKind": kind, "jobMasterPort": 29500}), "NetworkPolicy")["spec"]
+    same_job = [{"podSelector": {"matchLabels": {JOB_LABEL: "mnist-r1"}}}]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": same_job, "ports": _peer_ports(29500)}]
+    assert spec["egress"] == [DNS_RULE, {"to": same_job, "ports": _peer_ports(29500)}]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "tls", "s3_rule"),
+    [
+        (
+            "minio.minio.svc:9000",
+            False,
+            {
+                "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}}}],
+                "ports": [{"protocol": "TCP", "port": 9000}],
+            },
+        ),
+        (
+            "minio.storage.svc.cluster.local",
+            True,
+            {
+                "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "storage"}}}],
+                "ports": [{"protocol": "TCP", "port": 443}],
+            },
+        ),
+        (
+            "minio:9000",
+            False,
+            {
+                "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ddp-mnist"}}}],
+                "ports": [{"protocol": "TCP", "port": 9000}],
+            },
+        ),
+        ("s3.eu-west-1.amazonaws.com", True, {"ports": [{"protocol": "TCP", "port": 443}]}),
+        ("minio.example.internal", False, {"ports": [{"protocol": "TCP", "port": 80}]}),
+    ],
+)
+def test_egress_to_the_s3_endpoint(endpoint, tls, s3_rule):
+    rendering = render_config(
+        {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls, "minioExistingSecret": "creds"}
+    )
+    dns, peers, s3 = one(rendering, "NetworkPolicy")["spec"]["egress"]
+    assert dns == DNS_RULE
+    assert s3 == s3_rule
+
+
+def test_network_policy_exists_before_the_job_and_can_be_turned_off():
+    for kind, job_type in (
+        ("pytorchjob", "kubernetes:kubeflow.org/v1:PyTorchJob"),
+        ("indexed-job", "kubernetes:batch/v1:Job"),
+    ):
+        (job,) = [r for r in render_config({"jobKind": kind}).registrations if r.type == job_type]
+        assert "network-policy" in job.dependencies
+    rendering = render_config({"jobNetworkPolicy": False})
+    assert by_kind(rendering, "NetworkPolicy") == []
+    (job,) = [r for r in rendering.registrations if r.type.endswith(":PyTorchJob") and r.custom]
+    assert "network-policy" not in job.dependencies
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_pods_run_as_their_own_service_account_without_token_or_rbac(name):
+    rendering = render(load_stack(name))
+    account = one(rendering, "ServiceAccount")
+    assert account["metadata"]["name"] == "mnist-r1"
+    assert account["automountServiceAccountToken"] is False
+    for template in pod_templates(rendering):
+        assert template["spec"]["serviceAccountName"] == "mnist-r1"
+        assert template["spec"]["automountServiceAccountToken"] is False
+    assert not RBAC_KINDS & {r.type.rsplit(":", 1)[-1] for r in rendering.registrations}
+    assert rendering.outputs["serviceAccount"] == "mnist-r1"
+
+
+def test_new_objects_are_children_named_after_their_components():
+    rendering = render_config({"namespaceGpuQuota": 8, "namespaceMaxGpusPerContainer": 4})
+    parents = {r.name: (r.type, r.parent) for r in rendering.registrations}
+    assert parents["identity"] == ("ddp-mnist:isolation:JobServiceAccount", "")
+    assert parents["network"] == ("ddp-mnist:isolation:JobNetworkPolicy", "")
+    assert parents["budget"] == ("ddp-mnist:budget:NamespaceBudget", "")
+    assert parents["identity-account"] == ("kubernetes:core/v1:ServiceAccount", "identity")
+    assert parents["network-policy"] == ("kubernetes:networking.k8s.io/v1:NetworkPolicy", "network")
+    assert parents["budget-quota"] == ("kubernetes:core/v1:ResourceQuota", "budget")
+    assert parents["budget-limits"] == ("kubernetes:core/v1:LimitRange", "budget")
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_no_budget_unless_configured(name):
+    rendering = render(load_stack(name))
+    assert by_kind(rendering, "ResourceQuota") == by_kind(rendering, "LimitRange") == []
+    assert not any(r.type.endswith(":NamespaceBudget") for r in rendering.registrations)
+
+
+def test_namespace_budget_from_config():
+    rendering = render_config(
+        {
+            "jobGpusPerNode": 2,
+            "jobProcsPerNode": 2,
+            "namespaceGpuQuota": 8,
+            "namespaceCpuQuota": "64",
+            "namespaceMemoryQuota": "256Gi",
+            "namespaceMaxGpusPerContainer": 4,
+            "namespaceDefaultCpuRequest": "250m",
+            "namespaceDefaultMemoryRequest": "256Mi",
+        }
+    )
+    quota, limits = one(rendering, "ResourceQuota"), one(rendering, "LimitRange")
+    assert (quota["metadata"]["name"], quota["metadata"]["namespace"]) == ("ddp-mnist-budget", "ddp-mnist")
+    assert quota["spec"] == {
+        "hard": {"requests.nvidia.com/gpu": "8", "requests.cpu": "64", "requests.memory": "256Gi"}
+    }
+    assert limits["spec"] == {
+        "limits": [
+            {
+                "type": "Container",
+                "max": {"nvidia.com/gpu": "4"},
+                # Without it the API server would default every container's GPU limit to the max.
+                "default": {"nvidia.com/gpu": "0"},
+                "defaultRequest": {"cpu": "250m", "memory": "256Mi"},
+            }
+        ]
+    }
+    for obj in (quota, limits):
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+
+
+def test_budget_parts_are_independent():
+    only_quota = render_config({"namespaceGpuQuota": 4})
+    assert one(only_quota, "ResourceQuota")["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+    assert by_kind(only_quota, "LimitRange") == []
+    only_defaults = render_config({"namespaceDefaultMemoryRequest": "128Mi"})
+    assert by_kind(only_defaults, "ResourceQuota") == []
+    assert one(only_defaults, "LimitRange")["spec"]["limits"] == [
+        {"type": "Container", "defaultRequest": {"memory": "128Mi"}}
+    ]

@@ -1,0 +1,192 @@
+"""The rendered job runs end to end here: both job kinds train, contract breaks and failure rules show."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.local import Supervisor, free_port, report, run_plan, stack_secret_resolver
+from infra.localplan import JobPlan, plan
+from infra.manifest import Rendering
+from tests.infra.conftest import render_config
+
+TWO_NODES = {
+    "jobNodes": 2,
+    "jobEpochs": 1,
+    "jobCpuRequest": "1",
+    "jobMemoryRequest": "1Gi",
+    "jobMemoryLimit": "2Gi",
+    "jobShmSize": "256Mi",
+}
+
+
+def _plan(rendering: Rendering, tmp_path: Path) -> JobPlan:
+    return plan(rendering.objects, tmp_path, free_port(), stack_secret_resolver(rendering))
+
+
+def _pod_spec(rendering: Rendering) -> dict:
+    job = next(o for o in rendering.objects if o["kind"] in ("Job", "PyTorchJob"))
+    if job["kind"] == "Job":
+        return job["spec"]["template"]["spec"]
+    return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+
+
+def _run(job: JobPlan, timeout: float = 300) -> tuple[bool, str, str]:
+    out = io.StringIO()
+    _, result = run_plan(job, timeout, out)
+    return result.succeeded, result.reason, out.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
+def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
+    job = _plan(render_config({**TWO_NODES, "jobKind": kind}), tmp_path)
+    assert [p.index for p in job.pods] == [0, 1]
+    ok, reason, output = _run(job)
+    assert ok, f"{reason}\n{output[-3000:]}"
+    metrics = json.loads((job.output_dir / "metrics.json").read_text())
+    assert metrics["world_size"] == 2
+    assert metrics["final_test_accuracy"] >= 0.97
+    assert (job.output_dir / "model.pt").stat().st_size > 10_000
+    assert job.output_dir == (tmp_path / "pvc" / "ddp-mnist-checkpoints" / "mnist-r1").resolve()
+    assert "world_size=2" in output and "Succeeded" in output
+
+
+def test_each_pod_gets_its_cluster_environment(tmp_path):
+    pytorch = _plan(render_config({**TWO_NODES, "jobNodes": 3, "jobBatchSize": 255}), tmp_path / "a")
+    master, worker = pytorch.pods[0], pytorch.pods[2]
+    assert (master.name, worker.name) == ("mnist-r1-master-0", "mnist-r1-worker-1")
+    assert master.env["PET_MASTER_ADDR"] == worker.env["MASTER_ADDR"] == "127.0.0.1"
+    assert (master.env["RANK"], worker.env["RANK"], worker.env["WORLD_SIZE"]) == ("0", "2", "3")
+    assert worker.env["PET_MASTER_PORT"] == master.env["MASTER_PORT"] != "23456"
+    assert "--node-rank=2" in worker.argv and "--nnodes=3" in worker.argv
+    indexed = _plan(render_config({**TWO_NODES, "jobKind": "indexed-job"}), tmp_path / "b")
+    second = indexed.pods[1]
+    assert (second.env["JOB_COMPLETION_INDEX"], second.env["HOSTNAME"]) == ("1", "mnist-r1-1")
+    assert "--node-rank=1" in second.argv and "--master-addr=127.0.0.1" in second.argv
+    data = tmp_path / "b" / "pvc" / "ddp-mnist-data"
+    assert f"--data={data.resolve()}/mnist" in second.argv
+    assert second.env["HOME"] == str((tmp_path / "b" / "pods" / "mnist-r1-1" / "tmp").resolve())
+    assert second.argv[0] == sys.executable
+
+
+def test_secret_references_resolve_from_the_stack(tmp_path):
+    rendering = render_config(
+        {**TWO_NODES, "jobDataSource": "s3", "minioEndpoint": "minio:9000"},
+        secrets={"minioAccessKey": "AKIALOCAL", "minioSecretKey": "local-secret"},
+    )
+    pod = _plan(rendering, tmp_path).pods[0]
+    assert (pod.env["AWS_ACCESS_KEY_ID"], pod.env["AWS_SECRET_ACCESS_KEY"]) == ("AKIALOCAL", "local-secret")
+    assert "--data=s3://mnist/mnist" in pod.argv
+
+
+CONTRACT_BREAKS = [
+    # a trainer flag renamed in the rendered args
+    (
+        lambda spec: spec["containers"][0]["args"].__setitem__(
+            spec["containers"][0]["args"].index("--epochs=1"), "--num-epochs=1"
+        ),
+        "unrecognized arguments: --num-epochs=1",
+    ),
+    # the node rank no longer comes from the completion index
+    (
+        lambda spec: spec["containers"][0]["env"].__setitem__(
+            next(i for i, e in enumerate(spec["containers"][0]["env"]) if e["name"] == "PET_NODE_RANK"),
+            {"name": "PET_NODE_RANKS", "value": "0"},
+        ),
+        "references $(PET_NODE_RANK), which is not set",
+    ),
+    # the master port read from a variable the Job does not set
+    (
+        lambda spec: spec["containers"][0]["args"].__setitem__(
+            spec["containers"][0]["args"].index("--master-port=$(PET_MASTER_PORT)"),
+            "--master-port=$(MASTER_PORT)",
+        ),
+        "references $(MASTER_PORT), which is not set",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("breaks", "message"), CONTRACT_BREAKS, ids=["flag-name", "node-rank", "master-port"]
+)
+def test_contract_break_fails_with_a_message_that_points_at_it(breaks, message, tmp_path):
+    rendering = render_config({**TWO_NODES, "jobKind": "indexed-job"})
+    breaks(_pod_spec(rendering))
+    ok, reason, output = _run(_plan(rendering, tmp_path), timeout=120)
+    assert not ok
+    assert "exited with 2 (no retry for this exit code)" in reason
+    assert message in reason, reason
+    assert "restarting" not in output
+
+
+def test_bad_input_fails_an_indexed_job_at_once(tmp_path):
+    from infra.local import prepare_data
+
+    job = _plan(render_config({**TWO_NODES, "jobKind": "indexed-job", "jobBackoffLimit": 3}), tmp_path)
+    prepare_data(job, io.StringIO())
+    images = tmp_path / "pvc" / "ddp-mnist-data" / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:1000])  # a truncated copy on the shared volume
+    ok, reason, output = _run(job, timeout=120)
+    assert not ok
+    assert "exited with 3 (no retry for this exit code)" in reason and "trainer: data:" in reason
+    assert "restarting" not in output
+
+
+@pytest.mark.slow
+def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_path):
+    rendering = render_config({**TWO_NODES, "jobKind": "indexed-job", "jobEpochs": 3, "jobBackoffLimit": 2})
+    job = _plan(rendering, tmp_path)
+    for pod in job.pods:
+        pod.argv.append("--train-limit=12800")  # shorter epochs; the rules under test are unchanged
+    out = io.StringIO()
+    supervisor = Supervisor(job, out, restart_delay=5)
+    from infra.local import prepare_data
+
+    prepare_data(job, out)
+    result = []
+    runner = threading.Thread(target=lambda: result.append(supervisor.run(300)))
+    runner.start()
+    checkpoint = job.output_dir / "ckpt-epoch-0001.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline and runner.is_alive(), out.getvalue()[-3000:]
+        time.sleep(0.05)
+    supervisor.kill_pod("mnist-r1-1", signal.SIGKILL)  # the pod dies: launcher, torchrun, rank
+    runner.join(timeout=300)
+    assert result, f"the job did not end:\n{out.getvalue()[-4000:]}"
+    (outcome,) = result
+    report(job, outcome, out)
+    output = out.getvalue()
+    assert outcome.succeeded, output[-4000:]
+    assert "[local] pod mnist-r1-1 exited with 137; restarting in 5s (1/2)" in output
+    assert "trainer: resumed from" in output
+    metrics = json.loads((job.output_dir / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]][-1] == 3
+
+
+def test_readme_main_command_is_the_local_run():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert "make run " in readme and "make test " in readme
+    assert "-m infra.local --stack $(STACK)" in makefile
+
+
+def test_cli_unknown_stack_exits_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.local", "--stack", "nope", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("local: no stack 'nope'")

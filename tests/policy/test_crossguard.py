@@ -1,0 +1,227 @@
+"""The guardrails as CrossGuard policies: built without an engine, fed resources the way the engine
+feeds them (property proxies), and served by the real pack over the analyzer gRPC protocol."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+pytest.importorskip("pulumi_policy")
+
+import crossguard  # noqa: E402
+from pulumi_policy import (  # noqa: E402
+    EnforcementLevel,
+    PolicyCustomTimeouts,
+    PolicyResource,
+    PolicyResourceOptions,
+    ResourceValidationArgs,
+    ResourceValidationPolicy,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
+
+from infra.stackconfig import ROOT  # noqa: E402
+from tests.policy.conftest import STACKS, job_of, stack_objects, templates_of  # noqa: E402
+
+UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's marker of a not-yet-known string
+
+
+def _type(obj):
+    api = obj["apiVersion"] if "/" in obj["apiVersion"] else f"core/{obj['apiVersion']}"
+    return f"kubernetes:{api}:{obj['kind']}"
+
+
+def _options():
+    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
+
+
+def _urn(obj):
+    return f"urn:pulumi:test::ddp-mnist::{_type(obj)}::{obj['metadata']['name']}"
+
+
+def _args(obj, config=None):
+    return ResourceValidationArgs(
+        _type(obj), unknown_checking_proxy(obj), _urn(obj), obj["metadata"]["name"], _options(), None, config
+    )
+
+
+def _policies():
+    return {p.name: p for p in crossguard.policies()}
+
+
+def _violations(policy, obj, config=None):
+    reported = []
+    policy.validate(_args(obj, config), lambda message, urn=None: reported.append(message))
+    return reported
+
+
+def test_policies_are_mandatory_and_named():
+    policies = _policies()
+    assert set(policies) == {
+        "gpu-limits-match-processes",
+        "images-pinned",
+        "shared-claims-read-write-many",
+        "pod-security-restricted",
+        "no-secret-literals-in-env",
+        "requests-and-limits-set",
+        "job-size-within-budget",
+    }
+    assert all(p.enforcement_level == EnforcementLevel.MANDATORY for p in policies.values())
+    assert isinstance(policies["shared-claims-read-write-many"], StackValidationPolicy)
+    budget = policies["job-size-within-budget"].config_schema
+    assert budget is not None
+    assert {k: v.get("default") for k, v in budget.properties.items()} == {
+        "excludeNamespaces": ["kubeflow"],
+        "maxNodes": 16,
+        "maxGpus": 64,
+    }
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_rendered_resources_pass_every_resource_policy(stack):
+    for obj in stack_objects(stack):
+        for policy in _policies().values():
+            if isinstance(policy, ResourceValidationPolicy):
+                assert _violations(policy, obj) == [], (policy.name, obj["kind"])
+
+
+def test_violations_reach_report_violation():
+    job = job_of(stack_objects("eks-gpu"))
+    for template in templates_of(job):
+        template["spec"]["containers"][0]["image"] = "ghcr.io/ddp-mnist/trainer:latest"
+        template["spec"]["hostNetwork"] = True
+    policies = _policies()
+    assert _violations(policies["images-pinned"], job) == [
+        "Job mnist-r1: container pytorch image ghcr.io/ddp-mnist/trainer:latest uses :latest, which moves; "
+        "pin a version tag or an @sha256 digest"
+    ]
+    assert _violations(policies["pod-security-restricted"], job) == [
+        "Job mnist-r1: pod sets hostNetwork (restricted: host-namespaces)"
+    ]
+
+
+def test_policy_config_overrides_defaults_and_excludes_namespaces():
+    budget = _policies()["job-size-within-budget"]
+    job = job_of(stack_objects("eks-gpu"))
+    assert _violations(budget, job, {"maxGpus": 4}) == [
+        "Job mnist-r1 uses 8 GPUs; this platform allows at most 4 per job"
+    ]
+    job["metadata"]["namespace"] = "kubeflow"
+    assert _violations(budget, job, {"maxGpus": 4}) == []
+    assert _violations(budget, job, {"maxGpus": 4, "excludeNamespaces": []}) != []
+
+
+def test_unknown_values_are_left_to_the_sdk():
+    """During a preview an input may not be known yet: the SDK reports that instead of a violation."""
+    job = job_of(stack_objects("dev"))
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] = (
+        UNKNOWN_STRING
+    )
+    with pytest.raises(UnknownValueError):
+        _violations(_policies()["images-pinned"], job)
+
+
+def test_type_tokens_become_api_versions():
+    assert crossguard.k8s_object("kubernetes:core/v1:Pod", {})["apiVersion"] == "v1"
+    assert crossguard.k8s_object("kubernetes:kubeflow.org/v1:PyTorchJob", {})["kind"] == "PyTorchJob"
+    assert crossguard.k8s_object("pulumi:providers:kubernetes", {}) is None
+    assert crossguard.k8s_object("aws:s3/bucket:Bucket", {}) is None
+
+
+def test_shared_claims_policy_blames_the_claim():
+    objects = stack_objects("gke-gpu")
+    claim = next(o for o in objects if o["metadata"]["name"] == "ddp-mnist-checkpoints")
+    claim["spec"]["accessModes"] = ["ReadWriteOnce"]
+    resources = [
+        PolicyResource(
+            _type(o),
+            unknown_checking_proxy(o),
+            _urn(o),
+            o["metadata"]["name"],
+            _options(),
+            None,
+            None,
+            [],
+            {},
+        )
+        for o in objects
+    ]
+    reported = []
+    _policies()["shared-claims-read-write-many"].validate(
+        StackValidationArgs(resources), lambda message, urn=None: reported.append((urn, message))
+    )
+    assert reported == [
+        (
+            _urn(claim),
+            "PersistentVolumeClaim ddp-mnist-checkpoints is mounted by 4 pods (4 writing) but its "
+            "accessModes are ['ReadWriteOnce']; a shared claim must be ReadWriteMany",
+        )
+    ]
+
+
+def test_pack_files():
+    pack = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
+    assert pack["runtime"] == {"name": "python", "options": {"virtualenv": ".venv"}}
+    assert pack["version"] == "0.1.0"
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "policy" / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert pins["pulumi-policy"] == "1.21.0"
+    assert f'"pulumi=={pins["pulumi"]}"' in pyproject, "the pack and the program pin the same pulumi"
+
+
+def test_the_pack_serves_the_analyzer_protocol():
+    """Runs the pack as the CLI does (the directory as a program) and talks to it over gRPC."""
+    grpc = pytest.importorskip("grpc")
+    from google.protobuf import empty_pb2, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
+
+    server = subprocess.Popen(
+        [sys.executable, "-u", str(ROOT / "policy")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = server.stdout.readline().strip()
+        assert port.isdigit(), server.stderr.read() if server.poll() is not None else port
+        stub = analyzer_pb2_grpc.AnalyzerStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
+        assert info.name == crossguard.PACK_NAME
+        assert sorted(p.name for p in info.policies) == sorted(_policies())
+        job = job_of(stack_objects("eks-gpu"))
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        container["env"].append({"name": "HF_TOKEN", "value": "canary-Token-Value-5e4d3c"})
+        # Numbers arrive as doubles: a GPU limit written as the number 2 must still be counted.
+        container["resources"]["limits"]["nvidia.com/gpu"] = container["resources"]["requests"][
+            "nvidia.com/gpu"
+        ] = 2
+        props = struct_pb2.Struct()
+        props.update(job)
+        response = stub.Analyze(
+            analyzer_pb2.AnalyzeRequest(type=_type(job), properties=props, urn=_urn(job), name="mnist-r1"),
+            timeout=30,
+        )
+        assert [(d.policyName, d.message.splitlines()[-1]) for d in response.diagnostics] == [
+            (
+                "gpu-limits-match-processes",
+                "Job mnist-r1: 2 nvidia.com/gpu per pod for 4 processes per node; "
+                "set the GPU limit equal to the processes per node (one GPU per process)",
+            ),
+            (
+                "no-secret-literals-in-env",
+                "Job mnist-r1: container pytorch env HF_TOKEN has a literal value that looks secret; "
+                "use valueFrom.secretKeyRef",
+            ),
+        ]
+        assert "canary-Token-Value-5e4d3c" not in str(response)
+    finally:
+        server.kill()
+        server.wait(timeout=30)

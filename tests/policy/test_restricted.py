@@ -1,0 +1,34 @@
+"""Every pod every stack renders meets each Pod Security "restricted" control, one test per control.
+
+The controls are `guardrails.RESTRICTED_CHECKS` (the same functions the policy pack runs); that each
+of them reports its own violation is shown on mutated pods in test_guardrails.py.
+"""
+
+from __future__ import annotations
+
+import guardrails as g
+import pytest
+
+from tests.policy.conftest import STACKS, stack_objects
+
+
+def _pods(stack):
+    templates = [t for obj in stack_objects(stack) for t in g.pod_templates(obj)]
+    assert templates, f"{stack} renders no pods"
+    return templates
+
+
+@pytest.mark.parametrize("control", sorted(g.RESTRICTED_CHECKS))
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_pod_meets_the_control(stack, control):
+    for pod in _pods(stack):
+        assert g.RESTRICTED_CHECKS[control](pod.spec, pod.metadata) == [], pod.where
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_namespace_enforces_restricted(stack):
+    (namespace,) = [o for o in stack_objects(stack) if o["kind"] == "Namespace"]
+    labels = namespace["metadata"]["labels"]
+    assert {labels[f"pod-security.kubernetes.io/{mode}"] for mode in ("enforce", "warn", "audit")} == {
+        "restricted"
+    }
