@@ -25,6 +25,8 @@ $(ACTIONLINT)/.installed:
 infra-env: $(INFRA_VENV)/.installed
 
 run: $(VENV)/.installed
+	@# Without ../shared the local data volume is seeded by downloading MNIST, which needs torchvision.
+	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -e ".[download]"
 	$(VENV)/bin/python -m infra.local --stack $(STACK)
 
 render: $(INFRA_VENV)/.installed

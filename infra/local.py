@@ -6,8 +6,8 @@ this project's environment instead of the image, gives each the env its pod woul
 to `.local/<stack>/pvc/<claim>/`, and follows the job's restart and failure rules. Kubernetes and
 the training operator remain the engine on real clusters.
 
-Exit codes: 0 the job succeeded; 1 the job failed; 2 bad stack config, unknown stack or a job that
-cannot run locally; 130 interrupted.
+Exit codes: 0 the job succeeded; 1 the job failed; 2 bad stack config, unknown stack, a job that
+cannot run locally or MNIST that could not be seeded; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -235,7 +235,11 @@ def prepare_data(job: JobPlan, out: TextIO) -> None:
         return
     source = ["--from", str(SHARED_MNIST)] if SHARED_MNIST.is_dir() else ["--download"]
     print(f"[local] seeding {root} with MNIST ({' '.join(source)})", file=out, flush=True)
-    subprocess.run([sys.executable, "-m", "trainer.seed", *source, "--to", str(root)], cwd=ROOT, check=True)
+    seeded = subprocess.run([sys.executable, "-m", "trainer.seed", *source, "--to", str(root)], cwd=ROOT)
+    if seeded.returncode != 0:
+        raise PlanError(
+            f"could not seed MNIST into {root} (trainer.seed exited {seeded.returncode}, see above)"
+        )
 
 
 def report(job: JobPlan, result: JobResult, out: TextIO) -> None:

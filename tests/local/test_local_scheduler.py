@@ -190,3 +190,17 @@ def test_cli_unknown_stack_exits_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.startswith("local: no stack 'nope'")
+
+
+def test_unseedable_data_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    import infra.local as local
+
+    # No local copy: the --download path, which fails here (no internet, no usable torchvision).
+    monkeypatch.setattr(local, "SHARED_MNIST", tmp_path / "absent")
+    job = _plan(render_config(TWO_NODES), tmp_path)
+    from infra.localplan import PlanError
+
+    with pytest.raises(
+        PlanError, match=r"^could not seed MNIST into .*ddp-mnist-data/mnist \(trainer.seed exited"
+    ):
+        local.prepare_data(job, io.StringIO())
