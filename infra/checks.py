@@ -161,15 +161,15 @@ def _object_store(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
 @check
 def _operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
     source = s.operator_source
-    if "://" not in source and not source.startswith(("github.com/", "git@")):
-        return
+    if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):
+        return  # upstream at operatorVersion, or a local checkout
     ref = re.search(r"[?&]ref=([^&]+)", source)
     if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
         yield ConfigError(
             "operatorSource",
             source,
-            "a local path, or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> "
-            "(never a branch)",
+            "a local path (/..., ./..., ../...), or a git URL pinned with "
+            "?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
         )
 
 

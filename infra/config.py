@@ -57,7 +57,7 @@ def _allowed(error: Mapping[str, Any]) -> str:
     return messages.get(kind, lambda: str(error["msg"]))()
 
 
-def _parse_raw(alias: str, name: str, raw: str) -> Any:
+def _parse_raw(alias: str, name: str, raw: str, secret: bool) -> Any:
     if not _is_list(name):
         return raw
     try:
@@ -65,7 +65,9 @@ def _parse_raw(alias: str, name: str, raw: str) -> Any:
     except json.JSONDecodeError:
         value = None
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConfigError(alias, raw, "a list of strings (in YAML a list, on the CLI --path 'key[0]')")
+        raise ConfigError(
+            alias, raw, "a list of strings (in YAML a list, on the CLI --path 'key[0]')", secret=secret
+        )
     return value
 
 
@@ -79,8 +81,9 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
         if not full_key.startswith(prefix):
             continue  # provider settings such as kubernetes:context
         alias = full_key[len(prefix) :]
+        secret = full_key in secret_keys  # a value set with --secret is never shown, whatever the key
         if alias in SECRET_KEYS:
-            if full_key not in secret_keys:
+            if raw[full_key] and not secret:
                 raise ConfigError(
                     alias,
                     raw[full_key],
@@ -91,15 +94,19 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
         if alias not in aliases:
             close = difflib.get_close_matches(alias, [*aliases, *SECRET_KEYS], n=1)
             hint = f"did you mean {close[0]}?" if close else "see the config block of Pulumi.yaml"
-            raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})")
-        values[alias] = _parse_raw(alias, aliases[alias], raw[full_key])
+            raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})", secret=secret)
+        values[alias] = _parse_raw(alias, aliases[alias], raw[full_key], secret)
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
         error = exc.errors()[0]
         alias = str(error["loc"][0])
-        raise ConfigError(alias, values.get(alias, error.get("input")), _allowed(error)) from None
-    present = [k for k in SECRET_KEYS if f"{prefix}{k}" in raw]
+        secret = f"{prefix}{alias}" in secret_keys
+        raise ConfigError(
+            alias, values.get(alias, error.get("input")), _allowed(error), secret=secret
+        ) from None
+    # The schema gives the key pair an empty default (Pulumi requires a default for optional keys).
+    present = [k for k in SECRET_KEYS if raw.get(f"{prefix}{k}")]
     if len(present) == 1:
         missing = next(k for k in SECRET_KEYS if k not in present)
         raise ConfigError(

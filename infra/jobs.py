@@ -91,9 +91,9 @@ class PyTorchJob(pulumi.ComponentResource):
             "cleanPodPolicy": settings.job_clean_pod_policy,
             "backoffLimit": settings.job_backoff_limit,
         }
-        if settings.job_active_deadline_seconds is not None:
+        if settings.job_active_deadline_seconds:
             run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
-        if settings.job_ttl_seconds_after_finished is not None:
+        if settings.job_ttl_seconds_after_finished >= 0:
             run_policy["ttlSecondsAfterFinished"] = settings.job_ttl_seconds_after_finished
         job = k8s.apiextensions.CustomResource(
             f"{name}-job",
@@ -161,8 +161,12 @@ class IndexedJob(pulumi.ComponentResource):
                 completions=nodes,
                 parallelism=nodes,
                 backoff_limit_per_index=settings.job_backoff_limit,
-                active_deadline_seconds=settings.job_active_deadline_seconds,
-                ttl_seconds_after_finished=settings.job_ttl_seconds_after_finished,
+                active_deadline_seconds=settings.job_active_deadline_seconds or None,
+                ttl_seconds_after_finished=(
+                    settings.job_ttl_seconds_after_finished
+                    if settings.job_ttl_seconds_after_finished >= 0
+                    else None
+                ),
                 pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
                     rules=[
                         # The trainer's "bad input" codes will fail again on retry: stop at once.

@@ -262,9 +262,9 @@ def run_stack(
     stack_name: str, workdir: Path, timeout: float, overrides: dict[str, str], out: TextIO = sys.stdout
 ) -> tuple[JobPlan, JobResult]:
     rendering = render(load_stack(stack_name))
-    job = plan(rendering.objects, workdir / stack_name, free_port(), stack_secret_resolver(rendering))
-    for pod in job.pods:
-        pod.env.update(overrides)
+    job = plan(
+        rendering.objects, workdir / stack_name, free_port(), stack_secret_resolver(rendering), overrides
+    )
     return run_plan(job, timeout, out)
 
 

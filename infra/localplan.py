@@ -114,9 +114,14 @@ def _pod_dns(job: str, service: str | None) -> re.Pattern[str]:
 
 
 def plan(
-    objects: list[dict[str, Any]], root: Path, master_port: int, secret_value: Callable[[str, str], str]
+    objects: list[dict[str, Any]],
+    root: Path,
+    master_port: int,
+    secret_value: Callable[[str, str], str],
+    overrides: Mapping[str, str] | None = None,
 ) -> JobPlan:
-    """Every local pod of the rendered training job, ready to start."""
+    """Every local pod of the rendered training job, ready to start; `overrides` replace env vars
+    before the command's `$(VAR)` references are expanded."""
     job = _training_job(objects)
     name = job["metadata"]["name"]
     if job["kind"] == "PyTorchJob":
@@ -168,6 +173,7 @@ def plan(
         env = _localize_env(env, mounts, dns, master_port)
         if job["kind"] == "Job":  # what the Job controller and kubelet give an Indexed Job's pod
             env.update(JOB_COMPLETION_INDEX=str(index), HOSTNAME=pod_name)
+        env.update(overrides or {})
         argv = [
             localize(expand(a, env), mounts)
             for a in [*container.get("command", []), *container.get("args", [])]

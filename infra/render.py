@@ -3,8 +3,8 @@
 Runs the real Pulumi program with the stack's config under Pulumi's mock runtime, writes every
 Kubernetes object it would create as deterministic YAML and prints a preview-like table.
 
-Exit codes: 0 rendered; 2 bad stack config or unknown stack (nothing written); 3 a rendered object
-failed schema validation (nothing written).
+Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a missing --crd file or an
+unwritable --out (nothing written); 3 a rendered object failed schema validation (nothing written).
 """
 
 from __future__ import annotations
@@ -159,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
 
         stack = load_stack(args.stack)
         version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
+        if args.crd != DEFAULT_CRD and not args.crd.is_file():
+            print(f"render: --crd {args.crd}: no such file", file=sys.stderr)
+            return EXIT_CONFIG
         crd = args.crd if args.crd.is_file() else None
         errors = validation_errors(rendering, version, crd)
         if errors:
@@ -167,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         crd_note = "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
         print(f"validated: built-in objects against Kubernetes {version} (strict); {crd_note}")
     path = args.out / f"{args.stack}.yaml"
-    write_atomic(path, to_yaml(rendering))
+    try:
+        write_atomic(path, to_yaml(rendering))
+    except OSError as exc:
+        print(f"render: cannot write {path}: {exc.strerror}", file=sys.stderr)
+        return EXIT_CONFIG
     print(f"wrote {len(rendering.objects)} objects to {path}")
     return 0
 

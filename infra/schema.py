@@ -24,12 +24,14 @@ def config_schema() -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {"type": field_type_name(name), "description": model_field.description}
         if entry["type"] == "array":
             entry["items"] = {"type": "string"}
-        if model_field.default is not None:
-            default = model_field.default
-            entry["default"] = str(default) if entry["type"] == "string" else default
+        # Every key has a default: the Pulumi CLI refuses to run a stack that leaves a key without
+        # one unset. "Unset" is spelled as a default the model reads as off (-1, 0, "").
+        default = model_field.default
+        entry["default"] = str(default) if entry["type"] == "string" else default
         schema[model_field.alias or name] = entry
     for key, description in SECRET_KEYS.items():
-        schema[key] = {"type": "string", "secret": True, "description": description}
+        # No `secret: true`: it cannot go with the empty default; the program refuses plain values.
+        schema[key] = {"type": "string", "description": description, "default": ""}
     return schema
 
 

@@ -252,11 +252,14 @@ class Settings(BaseModel):
         "jobOnePodPerNode", False, "Anti-affinity: never place two pods of the job on one node."
     )
     job_priority_class_name: str = key("jobPriorityClassName", "", "priorityClassName of the pods.")
-    job_ttl_seconds_after_finished: int | None = key(
-        "jobTtlSecondsAfterFinished", None, "Delete the finished job after N seconds (opt-in).", ge=0
+    job_ttl_seconds_after_finished: int = key(
+        "jobTtlSecondsAfterFinished",
+        -1,
+        "Delete the finished job after N seconds (opt-in); -1 keeps it.",
+        ge=-1,
     )
-    job_active_deadline_seconds: int | None = key(
-        "jobActiveDeadlineSeconds", None, "Fail the job after N seconds of running.", ge=1
+    job_active_deadline_seconds: int = key(
+        "jobActiveDeadlineSeconds", 0, "Fail the job after N seconds of running; 0 sets no deadline.", ge=0
     )
     job_backoff_limit: int = key(
         "jobBackoffLimit",
@@ -307,12 +310,15 @@ class Settings(BaseModel):
     )
 
     # --- field rules -------------------------------------------------------------------------
-    @field_validator(
-        "namespace", "job_run_id", "job_queue_name", "job_priority_class_name", "minio_existing_secret"
-    )
+    @field_validator("namespace", "job_run_id")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        return value and _dns(value, DNS_LABEL, "DNS-1123 label")
+        return _dns(value, DNS_LABEL, "DNS-1123 label")
+
+    @field_validator("job_queue_name", "job_priority_class_name", "minio_existing_secret")
+    @classmethod
+    def _optional_dns_label(cls, value: str) -> str:
+        return value and _dns(value, DNS_LABEL, "DNS-1123 label (or empty)")
 
     @field_validator("storage_class_name")
     @classmethod

@@ -14,7 +14,7 @@ SECRET_PLACEHOLDER = "[secret]"
 
 
 class StackNotFound(LookupError):
-    pass
+    """No such stack file, or one that is not a readable stack config."""
 
 
 @dataclass(frozen=True)
@@ -63,5 +63,12 @@ def load_stack(name: str, root: Path | None = None) -> StackConfig:
     if not path.is_file():
         known = ", ".join(stack_names(root)) or "none"
         raise StackNotFound(f"no stack '{name}': {path} does not exist (stacks: {known})")
-    document = yaml.safe_load(path.read_text()) or {}
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise StackNotFound(f"stack '{name}': {path}{line} is not valid YAML") from None
+    if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
+        raise StackNotFound(f"stack '{name}': {path} must hold a `config:` mapping")
     return from_mapping(name, document.get("config") or {})

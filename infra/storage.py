@@ -35,7 +35,9 @@ def storage_class_args(settings: Settings) -> dict[str, Any] | None:
             "directoryPerms": "770",
             "uid": uid,
             "gid": uid,
-            "basePathPerPVC": "true",
+            "basePath": f"/{PROJECT}",
+            "subPathPattern": "${.PVC.namespace}/${.PVC.name}",
+            "ensureUniqueDirectory": "false",
         },
     }
     parameters = presets[provider]

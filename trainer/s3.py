@@ -30,6 +30,7 @@ from trainer.errors import (
     S3CredentialsError,
     S3UnreachableError,
     TrainerError,
+    UsageError,
     write_line,
 )
 from trainer.fsio import atomic_write_bytes
@@ -84,12 +85,16 @@ def make_client() -> Any:
         retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
         s3={"addressing_style": "path"},
     )
-    return boto3.client(
-        "s3",
-        endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None,
-        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-        config=config,
-    )
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    try:
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            config=config,
+        )
+    except ValueError as error:  # botocore rejects a malformed endpoint before any request
+        raise UsageError(f"AWS_ENDPOINT_URL={endpoint!r} is not a valid endpoint URL ({error})") from None
 
 
 def classify(error: Exception, what: str) -> TrainerError:

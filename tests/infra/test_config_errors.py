@@ -108,7 +108,7 @@ BAD_CONFIGS = [
         {
             "operatorSource": "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=master"
         },
-        "config ddp-mnist:operatorSource=https://github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=master is invalid: must be a local path, or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
+        "config ddp-mnist:operatorSource=https://github.com/kubeflow/trainer.git//manifests/overlays/standalone?ref=master is invalid: must be a local path (/..., ./..., ../...), or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
     ),
     (
         {"operatorVersion": "1.9.4"},
@@ -150,7 +150,7 @@ BAD_CONFIGS = [
     ),
     (
         {"jobTtlSecondsAfterFinished": -5},
-        "config ddp-mnist:jobTtlSecondsAfterFinished=-5 is invalid: must be >= 0",
+        "config ddp-mnist:jobTtlSecondsAfterFinished=-5 is invalid: must be >= -1",
     ),
     # --- namespace budget and isolation ---
     ({"namespaceGpuQuota": -1}, "config ddp-mnist:namespaceGpuQuota=-1 is invalid: must be >= 0"),
@@ -255,3 +255,35 @@ def test_program_reports_bad_config_as_a_run_error_without_trace(monkeypatch):
     monkeypatch.setattr("infra.config.load_settings", bad)
     with pytest.raises(pulumi.RunError, match=r"^config ddp-mnist:jobNodes=0 is invalid: must be >= 1$"):
         program.main()
+
+
+EMPTY_AND_UNPINNED = [
+    (
+        {"namespace": ""},
+        "config ddp-mnist:namespace=\"\" is invalid: must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+    ),
+    (
+        {"jobRunId": ""},
+        "config ddp-mnist:jobRunId=\"\" is invalid: must be a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+    ),
+    (
+        {"operatorSource": "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=main"},
+        "config ddp-mnist:operatorSource=gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=main is invalid: must be a local path (/..., ./..., ../...), or a git URL pinned with ?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), EMPTY_AND_UNPINNED)
+def test_empty_names_and_unpinned_mirrors_are_rejected(values, message):
+    assert _fails_before_registering(stack_config({**BASE, **values})) == message
+
+
+def test_pinned_mirror_and_local_checkout_are_accepted():
+    for source in (
+        "./vendor/trainer/manifests/overlays/standalone",
+        "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
+    ):
+        mocks = RecordingMocks()
+        run_program(stack_config({**BASE, "operatorSource": source}), mocks)
+        (install,) = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
+        assert install.inputs["directory"] == source

@@ -24,7 +24,24 @@ def test_every_key_is_typed_and_described():
         "default": 2,
         "description": "Number of pods (nodes) in the job.",
     }
-    assert config["minioSecretKey"]["secret"] is True and "default" not in config["minioSecretKey"]
+    assert config["minioSecretKey"] == {
+        "type": "string",
+        "default": "",
+        "description": SECRET_KEYS["minioSecretKey"],
+    }
+
+
+def test_every_stack_can_run_under_the_cli():
+    """The CLI refuses a stack that leaves a key without a default unset: every key has one, and
+    every stack file sets only declared keys, with a value of the declared type."""
+    config = project_file()["config"]
+    assert [k for k, entry in config.items() if "default" not in entry] == []
+    types = {"string": str, "integer": int, "boolean": bool, "array": list}
+    for path in (ROOT / "stacks").glob("Pulumi.*.yaml"):
+        for key, value in yaml.safe_load(path.read_text())["config"].items():
+            name = key.removeprefix("ddp-mnist:")
+            assert name in config, f"{path.name}: {key} is not declared"
+            assert isinstance(value, types[config[name]["type"]]), f"{path.name}: {key}={value!r}"
     assert config["jobTolerations"]["items"] == {"type": "string"}
 
 

@@ -63,3 +63,27 @@ def test_unknown_stack_exits_2(tmp_path):
     assert result.stderr.startswith("render: no stack 'prod'")
     assert "(stacks: aks-gpu, dev, eks-gpu, gke-gpu)" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_malformed_stack_file_and_missing_crd_exit_2_without_traceback(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "stacks").mkdir(parents=True)
+    (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (repo / "stacks" / "Pulumi.broken.yaml").write_text("config:\n  ddp-mnist:jobNodes: [1\n")
+    code = (
+        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
+        f"s.ROOT = Path({str(repo)!r}); "
+        f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("render: stack 'broken': ") and "is not valid YAML" in result.stderr
+    assert "Traceback" not in result.stderr
+    missing = _render(
+        "--stack", "dev", "--out", str(tmp_path / "out"), "--validate", "--crd", "/no/such.yaml"
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "render: --crd /no/such.yaml: no such file"
+    assert not (tmp_path / "out").exists()

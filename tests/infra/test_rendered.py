@@ -51,7 +51,9 @@ def test_both_claims_are_read_write_many(name):
                 "directoryPerms": "770",
                 "uid": "1000",
                 "gid": "1000",
-                "basePathPerPVC": "true",
+                "basePath": "/ddp-mnist",
+                "subPathPattern": "${.PVC.namespace}/${.PVC.name}",
+                "ensureUniqueDirectory": "false",
             },
         ),
     ],
@@ -372,3 +374,30 @@ def test_labels_everywhere():
         assert labels["app.kubernetes.io/name"] == "ddp-mnist"
         assert labels["app.kubernetes.io/instance"] == "eks-gpu"
         assert labels["app.kubernetes.io/managed-by"] == "pulumi"
+
+
+def test_bad_input_codes_are_the_trainers():
+    """The Indexed Job's FailJob rule and the trainer's exit codes are one contract."""
+    from infra.meta import BAD_INPUT_EXIT_CODES
+    from trainer.errors import BAD_INPUT_EXIT_CODES as TRAINER_CODES
+    from trainer.errors import EXIT_DATA, EXIT_S3_CREDENTIALS, EXIT_USAGE
+
+    assert BAD_INPUT_EXIT_CODES == TRAINER_CODES == (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+
+
+def test_operator_env_matches_the_documented_injection():
+    """What the training operator v1.9 injects (../shared/DESIGN-NOTES.md), for a 3-node, 2-process job."""
+    job = one(render_config({"jobNodes": 3, "jobProcsPerNode": 2, "jobBatchSize": 240}), "PyTorchJob")
+    assert operator_env(job, "Worker", 1) == {
+        "PYTHONUNBUFFERED": "1",
+        "MASTER_ADDR": "mnist-r1-master-0",
+        "MASTER_PORT": "23456",
+        "PET_MASTER_ADDR": "mnist-r1-master-0",
+        "PET_MASTER_PORT": "23456",
+        "WORLD_SIZE": "6",
+        "RANK": "2",
+        "PET_NODE_RANK": "2",
+        "PET_NNODES": "3",
+        "PET_NPROC_PER_NODE": "2",
+    }
+    assert operator_env(job, "Master", 0)["RANK"] == "0"

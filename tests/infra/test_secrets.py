@@ -39,3 +39,28 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
     assert {"ServiceAccount", "NetworkPolicy", "ResourceQuota"} <= {o["kind"] for o in rendering.objects}
     others = repr([r.inputs for r in mocks.registrations if r is not secret])
     assert CANARY_ID not in others and CANARY_KEY not in others
+
+
+def test_values_set_as_secrets_are_never_echoed_in_errors():
+    """A typo in a secret key, or a secret value of the wrong shape, names the key, never the value."""
+    from infra.checks import ConfigError
+    from infra.manifest import run_program
+
+    cases = [
+        ({"minioSecretkey": CANARY_KEY}, "minioSecretkey"),  # misspelled key, set with --secret
+        ({"jobNodeSelector": CANARY_KEY}, "jobNodeSelector"),  # not a list
+        ({"jobNodes": CANARY_KEY}, "jobNodes"),  # not an integer
+    ]
+    for secrets, key in cases:
+        try:
+            run_program(stack_config(dict(BASE), secrets=secrets))
+        except ConfigError as exc:
+            assert f"config ddp-mnist:{key}=[secret] is invalid" in str(exc)
+            assert CANARY_KEY not in str(exc)
+        else:
+            raise AssertionError(f"{key} was accepted")
+
+
+def test_empty_key_pair_from_the_schema_defaults_means_unset():
+    rendering = render(stack_config({**BASE, "minioAccessKey": "", "minioSecretKey": ""}))
+    assert [o for o in rendering.objects if o["kind"] == "Secret"] == []

@@ -204,3 +204,15 @@ def test_unseedable_data_is_one_line_and_exit_2(tmp_path, monkeypatch):
         PlanError, match=r"^could not seed MNIST into .*ddp-mnist-data/mnist \(trainer.seed exited"
     ):
         local.prepare_data(job, io.StringIO())
+
+
+def test_env_overrides_apply_before_the_command_is_expanded(tmp_path):
+    rendering = render_config(TWO_NODES)
+    job = plan(
+        rendering.objects,
+        tmp_path,
+        free_port(),
+        stack_secret_resolver(rendering),
+        overrides={"PET_MASTER_ADDR": "10.0.0.9"},
+    )
+    assert all("--master-addr=10.0.0.9" in pod.argv for pod in job.pods)
