@@ -48,7 +48,13 @@ def test_runs_as_uid_1000_with_no_entrypoint(dockerfile: str) -> None:
     assert "PYTHONUNBUFFERED=1" in dockerfile and "PYTHONDONTWRITEBYTECODE=1" in dockerfile
     assert re.search(r"^WORKDIR /app$", dockerfile, re.MULTILINE)
     assert "COPY trainer/ /app/trainer/" in dockerfile
-    assert re.search(r"pip install --no-cache-dir boto3==\d+\.\d+\.\d+$", dockerfile, re.MULTILINE)
+    install = re.search(r"pip install --no-cache-dir ((?:\\\n|[^\n])*)", dockerfile)
+    assert install, "no pip install in the Dockerfile"
+    packages = install.group(1).replace("\\\n", " ").split()
+    # boto3 and its whole dependency closure, each pinned to an exact version
+    pinned = re.compile(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*")
+    assert packages and all(pinned.fullmatch(p) for p in packages), packages
+    assert {p.split("==")[0] for p in packages} >= {"boto3", "botocore", "s3transfer", "jmespath", "urllib3"}
 
 
 def test_dockerignore_admits_only_the_trainer(procs: Any) -> None:
