@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        rendering = render(load_stack(args.stack))
+        stack = load_stack(args.stack)
+        rendering = render(stack)
     except (ConfigError, StackNotFound) as exc:
         print(f"render: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -157,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.validate:
         from infra.config import settings_from_raw
 
-        stack = load_stack(args.stack)
         version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
         if args.crd != DEFAULT_CRD and not args.crd.is_file():
             print(f"render: --crd {args.crd}: no such file", file=sys.stderr)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from infra.manifest import Rendering, render
 from infra.settings import PROJECT
 from infra.stackconfig import StackConfig, from_mapping
@@ -48,8 +46,3 @@ def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
     templates += [j["spec"]["template"] for j in by_kind(rendering, "Job")]
     assert templates, "no training job rendered"
     return templates
-
-
-@pytest.fixture
-def render_with():
-    return render_config

@@ -17,6 +17,20 @@ def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _render_stack_file(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """`infra.render` on a project whose only stack, 'broken', holds `text`."""
+    repo = tmp_path / "repo"
+    (repo / "stacks").mkdir(parents=True)
+    (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (repo / "stacks" / "Pulumi.broken.yaml").write_text(text)
+    code = (
+        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
+        f"s.ROOT = Path({str(repo)!r}); "
+        f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
 def test_render_writes_manifest_and_summary(tmp_path):
     result = _render("--stack", "eks-gpu", "--out", str(tmp_path), "--validate")
     assert result.returncode == 0, result.stderr
@@ -37,20 +51,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
 
 
 def test_bad_config_exits_2_and_writes_nothing(tmp_path):
-    stacks = tmp_path / "repo"
-    (stacks / "stacks").mkdir(parents=True)
-    (stacks / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
-    (stacks / "stacks" / "Pulumi.broken.yaml").write_text(
-        "config:\n  ddp-mnist:nfsServer: nfs\n  ddp-mnist:jobNodes: 0\n"
-    )
-    code = (
-        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
-        f"s.ROOT = Path({str(stacks)!r}); "
-        f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = _render_stack_file(tmp_path, "config:\n  ddp-mnist:nfsServer: nfs\n  ddp-mnist:jobNodes: 0\n")
     assert result.returncode == 2
     assert result.stderr.strip() == "render: config ddp-mnist:jobNodes=0 is invalid: must be >= 1"
     assert "Traceback" not in result.stderr
@@ -66,18 +67,7 @@ def test_unknown_stack_exits_2(tmp_path):
 
 
 def test_malformed_stack_file_and_missing_crd_exit_2_without_traceback(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "stacks").mkdir(parents=True)
-    (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
-    (repo / "stacks" / "Pulumi.broken.yaml").write_text("config:\n  ddp-mnist:jobNodes: [1\n")
-    code = (
-        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
-        f"s.ROOT = Path({str(repo)!r}); "
-        f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
+    result = _render_stack_file(tmp_path, "config:\n  ddp-mnist:jobNodes: [1\n")
     assert result.returncode == 2
     assert result.stderr.startswith("render: stack 'broken': ") and "is not valid YAML" in result.stderr
     assert "Traceback" not in result.stderr
