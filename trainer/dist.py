@@ -84,6 +84,14 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
+def wait_for_all_ranks() -> None:
+    """Every rank reaches this point before any goes on. At the end of a run it keeps a rank from
+    tearing down its gloo connections while rank 0 still writes the results, which could abort the
+    early rank at exit ("terminate called without an active exception")."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     """Sum a few float counters over all ranks (identity on a single process)."""
     tensor = torch.tensor(values, dtype=torch.float64, device=device)

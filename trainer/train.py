@@ -222,6 +222,7 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
             },
         )
         log(run.env, f"wrote {run.config.output_dir / 'metrics.json'} and model.pt")
+    dist.wait_for_all_ranks()
 
 
 def run_training(config: TrainConfig, started: float) -> None:
