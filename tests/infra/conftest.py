@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.manifest import Rendering, render
-from infra.settings import PROJECT
-from infra.stackconfig import StackConfig, from_mapping
+from infra.offline.manifest import Rendering, render
+from infra.offline.stackconfig import StackConfig, from_mapping
+from infra.program.settings import PROJECT
 
 # The smallest valid config: the default storage preset (nfs-csi) needs a server.
 BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal"}

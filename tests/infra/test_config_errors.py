@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.checks import ConfigError
-from infra.manifest import RecordingMocks, run_program
+from infra.offline.manifest import RecordingMocks, run_program
+from infra.program.checks import ConfigError
 from tests.infra.conftest import BASE, stack_config
 
 BAD_CONFIGS = [
@@ -247,14 +247,14 @@ def test_plaintext_credentials_are_refused_without_echoing_them():
 
 def test_program_reports_bad_config_as_a_run_error_without_trace(monkeypatch):
     """`pulumi up` shows RunError messages alone, with no Python stack trace."""
-    from infra import program
+    from infra.program import stack
 
     def bad():
         raise ConfigError("jobNodes", "0", ">= 1")
 
-    monkeypatch.setattr("infra.config.load_settings", bad)
+    monkeypatch.setattr("infra.program.config.load_settings", bad)
     with pytest.raises(pulumi.RunError, match=r"^config ddp-mnist:jobNodes=0 is invalid: must be >= 1$"):
-        program.main()
+        stack.main()
 
 
 EMPTY_AND_UNPINNED = [

@@ -5,10 +5,10 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from infra.isolation import EPHEMERAL_PORTS
-from infra.manifest import render
-from infra.meta import JOB_LABEL
-from infra.stackconfig import load_stack, stack_names
+from infra.offline.manifest import render
+from infra.offline.stackconfig import load_stack, stack_names
+from infra.program.isolation import EPHEMERAL_PORTS
+from infra.program.meta import JOB_LABEL
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 STACKS = stack_names()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from infra.schema import project_text
-from infra.settings import SECRET_KEYS, Settings
-from infra.stackconfig import ROOT, project_file
+from infra.offline.stackconfig import ROOT, project_file
+from infra.program.schema import project_text
+from infra.program.settings import SECRET_KEYS, Settings
 
 
 def test_project_file_is_current():

@@ -1,4 +1,4 @@
-"""`python -m infra.render` as a user runs it: files, summary, exit codes."""
+"""`python -m infra.offline.render` as a user runs it: files, summary, exit codes."""
 
 from __future__ import annotations
 
@@ -8,23 +8,27 @@ from pathlib import Path
 
 import yaml
 
-from infra.stackconfig import ROOT
+from infra.offline.stackconfig import ROOT
 
 
 def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.render", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "infra.offline.render", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def _render_stack_file(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    """`infra.render` on a project whose only stack, 'broken', holds `text`."""
+    """`infra.offline.render` on a project whose only stack, 'broken', holds `text`."""
     repo = tmp_path / "repo"
     (repo / "stacks").mkdir(parents=True)
     (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     (repo / "stacks" / "Pulumi.broken.yaml").write_text(text)
     code = (
-        f"import sys, infra.stackconfig as s, infra.render as r; from pathlib import Path; "
+        f"import sys, infra.offline.stackconfig as s, infra.offline.render as r; from pathlib import Path; "
         f"s.ROOT = Path({str(repo)!r}); "
         f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.manifest import render
-from infra.podenv import container_env, node_argv, operator_env
-from infra.stackconfig import load_stack
+from infra.offline.manifest import render
+from infra.offline.podenv import container_env, node_argv, operator_env
+from infra.offline.stackconfig import load_stack
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
@@ -378,7 +378,7 @@ def test_labels_everywhere():
 
 def test_bad_input_codes_are_the_trainers():
     """The Indexed Job's FailJob rule and the trainer's exit codes are one contract."""
-    from infra.meta import BAD_INPUT_EXIT_CODES
+    from infra.program.meta import BAD_INPUT_EXIT_CODES
     from trainer.errors import BAD_INPUT_EXIT_CODES as TRAINER_CODES
     from trainer.errors import EXIT_DATA, EXIT_S3_CREDENTIALS, EXIT_USAGE
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from infra.manifest import REDACTED, RecordingMocks, render, to_yaml
-from infra.render import summary
+from infra.offline.manifest import REDACTED, RecordingMocks, render, to_yaml
+from infra.offline.render import summary
 from tests.infra.conftest import BASE, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
@@ -43,8 +43,8 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
 
 def test_values_set_as_secrets_are_never_echoed_in_errors():
     """A typo in a secret key, or a secret value of the wrong shape, names the key, never the value."""
-    from infra.checks import ConfigError
-    from infra.manifest import run_program
+    from infra.offline.manifest import run_program
+    from infra.program.checks import ConfigError
 
     cases = [
         ({"minioSecretkey": CANARY_KEY}, "minioSecretkey"),  # misspelled key, set with --secret

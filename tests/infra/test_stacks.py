@@ -8,10 +8,10 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from infra.config import settings_from_raw
-from infra.crd import crd_validator
-from infra.manifest import render, to_yaml
-from infra.stackconfig import ROOT, load_stack, stack_names
+from infra.offline.crd import crd_validator
+from infra.offline.manifest import render, to_yaml
+from infra.offline.stackconfig import ROOT, load_stack, stack_names
+from infra.program.config import settings_from_raw
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"

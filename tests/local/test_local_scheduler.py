@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import Supervisor, free_port, report, run_plan, stack_secret_resolver
-from infra.localplan import JobPlan, plan
-from infra.manifest import Rendering
+from infra.offline.local.plan import JobPlan, plan
+from infra.offline.local.scheduler import Supervisor, free_port, report, run_plan, stack_secret_resolver
+from infra.offline.manifest import Rendering
 from tests.infra.conftest import render_config
 
 TWO_NODES = {
@@ -129,7 +129,7 @@ def test_contract_break_fails_with_a_message_that_points_at_it(breaks, message, 
 
 
 def test_bad_input_fails_an_indexed_job_at_once(tmp_path):
-    from infra.local import prepare_data
+    from infra.offline.local.scheduler import prepare_data
 
     job = _plan(render_config({**TWO_NODES, "jobKind": "indexed-job", "jobBackoffLimit": 3}), tmp_path)
     prepare_data(job, io.StringIO())
@@ -149,7 +149,7 @@ def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_p
         pod.argv.append("--train-limit=12800")  # shorter epochs; the rules under test are unchanged
     out = io.StringIO()
     supervisor = Supervisor(job, out, restart_delay=5)
-    from infra.local import prepare_data
+    from infra.offline.local.scheduler import prepare_data
 
     prepare_data(job, out)
     result = []
@@ -177,12 +177,20 @@ def test_readme_main_command_is_the_local_run():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     assert "make run " in readme and "make test " in readme
-    assert "-m infra.local --stack $(STACK)" in makefile
+    assert "-m infra.offline.local --stack $(STACK)" in makefile
 
 
 def test_cli_unknown_stack_exits_2(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "infra.local", "--stack", "nope", "--workdir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "infra.offline.local",
+            "--stack",
+            "nope",
+            "--workdir",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -193,12 +201,12 @@ def test_cli_unknown_stack_exits_2(tmp_path):
 
 
 def test_unseedable_data_is_one_line_and_exit_2(tmp_path, monkeypatch):
-    import infra.local as local
+    import infra.offline.local.scheduler as local
 
     # No local copy: the --download path, which fails here (no internet, no usable torchvision).
     monkeypatch.setattr(local, "SHARED_MNIST", tmp_path / "absent")
     job = _plan(render_config(TWO_NODES), tmp_path)
-    from infra.localplan import PlanError
+    from infra.offline.local.plan import PlanError
 
     with pytest.raises(
         PlanError, match=r"^could not seed MNIST into .*ddp-mnist-data/mnist \(trainer.seed exited"

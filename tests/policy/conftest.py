@@ -8,8 +8,8 @@ import functools
 import sys
 from typing import Any
 
-from infra.manifest import render
-from infra.stackconfig import ROOT, load_stack, stack_names
+from infra.offline.manifest import render
+from infra.offline.stackconfig import ROOT, load_stack, stack_names
 
 POLICY_DIR = ROOT / "policy"
 if str(POLICY_DIR) not in sys.path:

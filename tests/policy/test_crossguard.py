@@ -24,7 +24,7 @@ from pulumi_policy import (  # noqa: E402
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
 
-from infra.stackconfig import ROOT  # noqa: E402
+from infra.offline.stackconfig import ROOT  # noqa: E402
 from tests.policy.conftest import STACKS, job_of, stack_objects, templates_of  # noqa: E402
 
 UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's marker of a not-yet-known string

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra import scheduling
-from infra.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
-from infra.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
-from infra.settings import Settings, parse_quantity
+from infra.program import scheduling
+from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+from infra.program.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
+from infra.program.settings import Settings, parse_quantity
 
 core = k8s.core.v1
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"

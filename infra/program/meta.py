@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from infra.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, Settings
 
 JOB_LABEL = f"{PROJECT}.io/job"
 CONTAINER = "pytorch"  # the training operator finds the container by this name

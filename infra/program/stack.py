@@ -6,14 +6,14 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.budget import NamespaceBudget, has_budget
-from infra.config import S3Credentials
-from infra.credentials import ObjectStoreCredentials
-from infra.isolation import JobNetworkPolicy, JobServiceAccount
-from infra.jobs import IndexedJob, JobInputs, PyTorchJob
-from infra.meta import JOB_LABEL, job_names, labels
-from infra.settings import Settings
-from infra.training_operator import TrainingOperator
+from infra.program.budget import NamespaceBudget, has_budget
+from infra.program.config import S3Credentials
+from infra.program.credentials import ObjectStoreCredentials
+from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
+from infra.program.jobs import IndexedJob, JobInputs, PyTorchJob
+from infra.program.meta import JOB_LABEL, job_names, labels
+from infra.program.settings import Settings
+from infra.program.training_operator import TrainingOperator
 
 
 def _namespace(settings: Settings) -> pulumi.Input[str]:
@@ -31,7 +31,7 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
 
 def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
     """Registers every resource of the stack; returns the stack outputs (no secret among them)."""
-    from infra.storage import TrainingStorage
+    from infra.program.storage import TrainingStorage
 
     namespace = _namespace(settings)
     if has_budget(settings):
@@ -83,8 +83,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
 
 def main() -> None:
     """The Pulumi program: bad config stops it with one line, before any resource is registered."""
-    from infra.checks import ConfigError
-    from infra.config import load_settings
+    from infra.program.checks import ConfigError
+    from infra.program.config import load_settings
 
     try:
         settings, credentials = load_settings()

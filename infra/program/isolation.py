@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.meta import JOB_LABEL, JobNames, labels
-from infra.settings import PROJECT, Settings
+from infra.program.meta import JOB_LABEL, JobNames, labels
+from infra.program.settings import PROJECT, Settings
 
 net = k8s.networking.v1
 meta = k8s.meta.v1

@@ -1,7 +1,7 @@
-"""Local scheduler: `python -m infra.local --stack NAME` runs a stack's rendered training job here.
+"""Local scheduler: `python -m infra.offline.local --stack NAME` runs a stack's rendered workloads here.
 
 A development scheduler (like TorchX's local scheduler): it renders the stack exactly as
-`infra.render` does, starts one process per replica / index running the pod's own command with
+`infra.offline.render` does, starts one process per replica / index running the pod's own command with
 this project's environment instead of the image, gives each the env its pod would see, maps PVCs
 to `.local/<stack>/pvc/<claim>/`, and follows the job's restart and failure rules. Kubernetes and
 the training operator remain the engine on real clusters.
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.localplan import JobPlan, LocalPod, PlanError, plan
-from infra.manifest import Rendering, render
-from infra.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
+from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan
+from infra.offline.manifest import Rendering, render
+from infra.offline.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -279,9 +279,11 @@ def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[Jo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from infra.checks import ConfigError
+    from infra.program.checks import ConfigError
 
-    parser = argparse.ArgumentParser(prog="python -m infra.local", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.offline.local", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument(
         "--workdir",

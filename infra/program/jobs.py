@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.meta import BAD_INPUT_EXIT_CODES, CONTAINER, JobNames, labels
-from infra.podspec import pod_labels, pod_template, rendezvous_env
-from infra.settings import PROJECT, Settings
+from infra.program.meta import BAD_INPUT_EXIT_CODES, CONTAINER, JobNames, labels
+from infra.program.podspec import pod_labels, pod_template, rendezvous_env
+from infra.program.settings import PROJECT, Settings
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, Settings
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone"
 

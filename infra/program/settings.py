@@ -1,8 +1,8 @@
 """The stack's typed settings: one field per project config key, validated once.
 
 Every field carries its config key (the alias), its default and its description; `Pulumi.yaml`'s
-`config:` schema is generated from this model (`python -m infra.schema`), so the two cannot drift.
-Cross-field rules live in `infra.checks`.
+`config:` schema is generated from this model (`python -m infra.program.schema`), so the two cannot drift.
+Cross-field rules live in `infra.program.checks`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _dns(value: str, pattern: re.Pattern[str], what: str, limit: int = 63) -> st
 
 
 class Settings(BaseModel):
-    """Everything one stack needs; built once from stack config by `infra.config.load_settings`."""
+    """Everything one stack needs; built once from stack config by `infra.program.config.load_settings`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

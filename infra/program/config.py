@@ -16,8 +16,8 @@ from typing import Any, get_args, get_origin
 import pulumi
 from pydantic import ValidationError
 
-from infra.checks import ConfigError, first_violation
-from infra.settings import PROJECT, SECRET_KEYS, Settings
+from infra.program.checks import ConfigError, first_violation
+from infra.program.settings import PROJECT, SECRET_KEYS, Settings
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from infra.settings import Settings, parse_quantity
+from infra.program.settings import Settings, parse_quantity
 
 
 class ConfigError(ValueError):
     """A bad stack config value; `str()` is the one line shown to the user."""
 
     def __init__(self, key: str, value: object, allowed: str, *, secret: bool = False) -> None:
-        from infra.settings import PROJECT
+        from infra.program.settings import PROJECT
 
         shown = "(unset)" if value is None else "[secret]" if secret else _show(value)
         self.key = key if ":" in key else f"{PROJECT}:{key}"
@@ -175,7 +175,7 @@ def _operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 @check
 def _scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
-    from infra.scheduling import SchedulingError, affinity_terms, node_selector, tolerations
+    from infra.program.scheduling import SchedulingError, affinity_terms, node_selector, tolerations
 
     for name, parse, value in (
         ("jobNodeSelector", node_selector, s.job_node_selector),

@@ -9,8 +9,8 @@ import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
 
-from infra.settings import PROJECT
-from infra.stackconfig import StackConfig
+from infra.offline.stackconfig import StackConfig
+from infra.program.settings import PROJECT
 
 REDACTED = "[redacted]"
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a serialized secret
@@ -122,9 +122,9 @@ def run_program(
     stack: StackConfig,
     mocks: RecordingMocks | None = None,
 ) -> tuple[RecordingMocks, dict[str, Any]]:
-    """Runs `infra.program` for a stack under mocks. Raises ConfigError before registering anything."""
-    from infra.config import load_settings
-    from infra.program import build
+    """Runs `infra.program.stack` for a stack under mocks. Raises ConfigError before registering anything."""
+    from infra.program.config import load_settings
+    from infra.program.stack import build
 
     mocks = mocks or RecordingMocks()
     pulumi.runtime.set_mocks(

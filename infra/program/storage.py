@@ -7,8 +7,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.meta import labels
-from infra.settings import PROJECT, Settings
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
 
 _PROVISIONERS = {
     "nfs-csi": "nfs.csi.k8s.io",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.meta import labels
-from infra.settings import PROJECT, Settings
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
 
 core = k8s.core.v1
 GPU = "nvidia.com/gpu"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.podenv import container_env, expand, operator_env
+from infra.offline.podenv import container_env, expand, operator_env
 
 LOCALHOST = "127.0.0.1"
 

@@ -1,4 +1,4 @@
-"""Offline render: `python -m infra.render --stack NAME [--out DIR] [--validate]`.
+"""Offline render: `python -m infra.offline.render --stack NAME [--out DIR] [--validate]`.
 
 Runs the real Pulumi program with the stack's config under Pulumi's mock runtime, writes every
 Kubernetes object it would create as deterministic YAML and prints a preview-like table.
@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from infra.manifest import Rendering, render, to_yaml
-from infra.stackconfig import ROOT, StackNotFound, load_stack
+from infra.offline.manifest import Rendering, render, to_yaml
+from infra.offline.stackconfig import ROOT, StackNotFound, load_stack
 
 EXIT_CONFIG = 2
 EXIT_INVALID = 3
@@ -98,7 +98,7 @@ def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> l
     """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs."""
     import kubernetes_validate
 
-    from infra.crd import crd_validator
+    from infra.offline.crd import crd_validator
 
     errors = []
     validator = crd_validator(crd) if crd else None
@@ -125,9 +125,11 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from infra.checks import ConfigError
+    from infra.program.checks import ConfigError
 
-    parser = argparse.ArgumentParser(prog="python -m infra.render", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.offline.render", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument(
         "--out",
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     print(summary(rendering))
     if args.validate:
-        from infra.config import settings_from_raw
+        from infra.program.config import settings_from_raw
 
         version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
         if args.crd != DEFAULT_CRD and not args.crd.is_file():

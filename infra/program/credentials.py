@@ -5,9 +5,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.config import S3Credentials
-from infra.meta import labels
-from infra.settings import PROJECT, Settings
+from infra.program.config import S3Credentials
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
 
 ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
 SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"

@@ -1,0 +1,1 @@
+"""The local scheduler: runs a stack's rendered workloads as local processes."""
