@@ -29,8 +29,8 @@ run: $(VENV)/.installed
 	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -e ".[download]"
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
-render: $(INFRA_VENV)/.installed
-	$(INFRA_VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
+render: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -4,8 +4,15 @@ Constructing `PolicyPack` starts the analyzer server the engine talks to, so it 
 the policies themselves are built (and tested) without an engine in `crossguard.py`.
 """
 
-from crossguard import PACK_NAME, policies
-from pulumi_policy import EnforcementLevel, PolicyPack
+import sys
+from pathlib import Path
+
+# The Pod Security checks are shared with the project's offline admission model (pure Python, no
+# dependencies): make the repository root importable, as running from the root would.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
+
+from crossguard import PACK_NAME, policies  # noqa: E402
+from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
 
 PolicyPack(
     name=PACK_NAME,

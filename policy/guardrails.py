@@ -13,9 +13,11 @@ env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Po
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from infra.offline.admission import podsecurity
 
 Obj = Mapping[str, Any]
 GPU = "nvidia.com/gpu"
@@ -225,213 +227,18 @@ def shared_claims_read_write_many(objects: Sequence[Obj]) -> list[tuple[Obj, str
 
 
 # --- Pod Security Standards, "restricted" profile ----------------------------------------------
-# https://kubernetes.io/docs/concepts/security/pod-security-standards/ : every baseline control plus
-# the restricted ones, one function each, over (pod spec, pod metadata).
+# The checks are the API server's own (k8s.io/pod-security-admission v0.33, "restricted:latest"), shared
+# with the offline admission model so the pack and `render --validate` cannot disagree.
 
-PodCheck = Callable[[Obj, Obj], list[str]]
-SAFE_SYSCTLS = {
-    "kernel.shm_rmid_forced",
-    "net.ipv4.ip_local_port_range",
-    "net.ipv4.ip_unprivileged_port_start",
-    "net.ipv4.tcp_syncookies",
-    "net.ipv4.ping_group_range",
-    "net.ipv4.ip_local_reserved_ports",
-    "net.ipv4.tcp_keepalive_time",
-    "net.ipv4.tcp_fin_timeout",
-    "net.ipv4.tcp_keepalive_intvl",
-    "net.ipv4.tcp_keepalive_probes",
-}
-RESTRICTED_VOLUME_TYPES = {
-    "configMap",
-    "csi",
-    "downwardAPI",
-    "emptyDir",
-    "ephemeral",
-    "persistentVolumeClaim",
-    "projected",
-    "secret",
-}
-SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
-APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-
-
-def _sc(obj: Obj) -> Obj:
-    return obj.get("securityContext") or {}
-
-
-def _windows(spec: Obj) -> bool:
-    return (spec.get("os") or {}).get("name") == "windows"
-
-
-def _each_container(spec: Obj) -> Iterator[tuple[str, Obj]]:
-    for c in containers(spec):
-        yield f"container {c.get('name')}", _sc(c)
-
-
-def _contexts(spec: Obj) -> Iterator[tuple[str, Obj]]:
-    """The pod's security context, then each container's."""
-    yield "pod", _sc(spec)
-    yield from _each_container(spec)
-
-
-def check_host_process(spec: Obj, _: Obj) -> list[str]:
-    return [
-        f"{who} sets windowsOptions.hostProcess"
-        for who, sc in _contexts(spec)
-        if (sc.get("windowsOptions") or {}).get("hostProcess")
-    ]
-
-
-def check_host_namespaces(spec: Obj, _: Obj) -> list[str]:
-    return [f"pod sets {field}" for field in ("hostNetwork", "hostPID", "hostIPC") if spec.get(field)]
-
-
-def check_privileged(spec: Obj, _: Obj) -> list[str]:
-    return [f"{who} is privileged" for who, sc in _each_container(spec) if sc.get("privileged")]
-
-
-def check_capabilities(spec: Obj, _: Obj) -> list[str]:
-    if _windows(spec):
-        return []
-    violations = []
-    for who, sc in _each_container(spec):
-        caps = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
-            violations.append(f"{who} does not drop ALL capabilities")
-        extra = sorted(set(caps.get("add") or []) - {"NET_BIND_SERVICE"})
-        if extra:
-            violations.append(f"{who} adds capabilities {extra} (only NET_BIND_SERVICE is allowed)")
-    return violations
-
-
-def check_host_path_volumes(spec: Obj, _: Obj) -> list[str]:
-    return [f"volume {v.get('name')} is a hostPath" for v in spec.get("volumes") or [] if "hostPath" in v]
-
-
-def check_host_ports(spec: Obj, _: Obj) -> list[str]:
-    return [
-        f"container {c.get('name')} uses hostPort {_int(p['hostPort'])}"
-        for c in containers(spec)
-        for p in c.get("ports") or []
-        if p.get("hostPort")
-    ]
-
-
-def check_apparmor(spec: Obj, metadata: Obj) -> list[str]:
-    violations = [
-        f"{who} sets appArmorProfile {profile['type']}"
-        for who, sc in _contexts(spec)
-        if (profile := sc.get("appArmorProfile"))
-        and profile.get("type") not in ("RuntimeDefault", "Localhost")
-    ]
-    for key, value in (metadata.get("annotations") or {}).items():
-        if key.startswith(APPARMOR_ANNOTATION) and not (
-            value == "runtime/default" or str(value).startswith("localhost/")
-        ):
-            violations.append(f"annotation {key} is {value}")
-    return violations
-
-
-def check_selinux(spec: Obj, _: Obj) -> list[str]:
-    violations = []
-    for who, sc in _contexts(spec):
-        options = sc.get("seLinuxOptions") or {}
-        if options.get("type", "") not in SELINUX_TYPES:
-            violations.append(f"{who} sets SELinux type {options['type']}")
-        violations += [f"{who} sets SELinux {field}" for field in ("user", "role") if options.get(field)]
-    return violations
-
-
-def check_proc_mount(spec: Obj, _: Obj) -> list[str]:
-    return [
-        f"{who} sets procMount {sc['procMount']}"
-        for who, sc in _each_container(spec)
-        if sc.get("procMount", "Default") != "Default"
-    ]
-
-
-def check_seccomp(spec: Obj, _: Obj) -> list[str]:
-    if _windows(spec):
-        return []
-    allowed = ("RuntimeDefault", "Localhost")
-    pod_type = (_sc(spec).get("seccompProfile") or {}).get("type")
-    violations = [] if pod_type in (None, *allowed) else [f"pod sets seccompProfile {pod_type}"]
-    for who, sc in _each_container(spec):
-        kind = (sc.get("seccompProfile") or {}).get("type")
-        if kind is None and pod_type not in allowed:
-            violations.append(f"{who} has no RuntimeDefault or Localhost seccompProfile (nor the pod)")
-        elif kind is not None and kind not in allowed:
-            violations.append(f"{who} sets seccompProfile {kind}")
-    return violations
-
-
-def check_sysctls(spec: Obj, _: Obj) -> list[str]:
-    return [
-        f"pod sets unsafe sysctl {s.get('name')}"
-        for s in _sc(spec).get("sysctls") or []
-        if s.get("name") not in SAFE_SYSCTLS
-    ]
-
-
-def check_volume_types(spec: Obj, _: Obj) -> list[str]:
-    violations = []
-    for volume in spec.get("volumes") or []:
-        kinds = set(volume) - {"name"}
-        if not kinds <= RESTRICTED_VOLUME_TYPES:
-            violations.append(f"volume {volume.get('name')} is of type {sorted(kinds)}")
-    return violations
-
-
-def check_privilege_escalation(spec: Obj, _: Obj) -> list[str]:
-    if _windows(spec):
-        return []
-    return [
-        f"{who} does not set allowPrivilegeEscalation: false"
-        for who, sc in _each_container(spec)
-        if sc.get("allowPrivilegeEscalation") is not False
-    ]
-
-
-def check_run_as_non_root(spec: Obj, _: Obj) -> list[str]:
-    pod = _sc(spec).get("runAsNonRoot")
-    violations = ["pod sets runAsNonRoot: false"] if pod is False else []
-    for who, sc in _each_container(spec):
-        value = sc.get("runAsNonRoot")
-        if value is False or (value is None and pod is not True):
-            violations.append(f"{who} may run as root (runAsNonRoot is not true for it or the pod)")
-    return violations
-
-
-def check_run_as_user(spec: Obj, _: Obj) -> list[str]:
-    return [f"{who} sets runAsUser: 0" for who, sc in _contexts(spec) if sc.get("runAsUser") == 0]
-
-
-RESTRICTED_CHECKS: dict[str, PodCheck] = {
-    "host-process": check_host_process,
-    "host-namespaces": check_host_namespaces,
-    "privileged": check_privileged,
-    "capabilities": check_capabilities,
-    "host-path-volumes": check_host_path_volumes,
-    "host-ports": check_host_ports,
-    "apparmor": check_apparmor,
-    "selinux": check_selinux,
-    "proc-mount": check_proc_mount,
-    "seccomp": check_seccomp,
-    "sysctls": check_sysctls,
-    "volume-types": check_volume_types,
-    "privilege-escalation": check_privilege_escalation,
-    "run-as-non-root": check_run_as_non_root,
-    "run-as-user": check_run_as_user,
-}
+RESTRICTED_CHECKS = podsecurity.checks("restricted")
 
 
 def pod_security_restricted(obj: Obj) -> list[str]:
-    """Every pod template meets Pod Security 'restricted' (all its controls)."""
+    """Every pod template meets Pod Security 'restricted' (every check, in the API server's wording)."""
     return [
-        f"{t.where}: {message} (restricted: {name})"
+        f"{t.where}: {v.reason} ({v.detail}) (restricted: {v.check})"
         for t in pod_templates(obj)
-        for name, check in RESTRICTED_CHECKS.items()
-        for message in check(t.spec, t.metadata)
+        for v in podsecurity.violations({"metadata": t.metadata, "spec": t.spec}, "restricted")
     ]
 
 

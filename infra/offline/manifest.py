@@ -10,7 +10,7 @@ import yaml
 from pulumi.runtime.mocks import MockMonitor
 
 from infra.offline.stackconfig import StackConfig
-from infra.program.settings import PROJECT
+from infra.program.settings import PROJECT, Settings
 
 REDACTED = "[redacted]"
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a serialized secret
@@ -40,6 +40,8 @@ class Registration:
     retain_on_delete: bool = False
     dependencies: tuple[str, ...] = ()
     parent: str = ""  # logical name of the parent resource ("" for the stack itself)
+    # Transforms the engine would run on this resource's children (e.g. the operator overlay's).
+    transforms: tuple[Any, ...] = ()
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -52,7 +54,16 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         retain, deps, parent = self._options.pop(args.name, (False, (), ""))
         self.registrations.append(
-            Registration(args.typ, args.name, dict(args.inputs), bool(args.custom), retain, deps, parent)
+            Registration(
+                args.typ,
+                args.name,
+                dict(args.inputs),
+                bool(args.custom),
+                retain,
+                deps,
+                parent,
+                tuple(args.transforms),
+            )
         )
         return f"{args.name}-id", dict(args.inputs)
 
@@ -80,6 +91,7 @@ class Rendering:
     stack: str
     objects: list[dict[str, Any]]
     outputs: dict[str, Any]
+    settings: Settings
     registrations: list[Registration] = field(default_factory=list)
 
     @property
@@ -146,6 +158,8 @@ def run_program(
 
 
 def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering:
+    from infra.program.config import settings_from_raw
+
     mocks, outputs = run_program(stack, mocks)
     objects = [
         _as_object(r)
@@ -156,6 +170,7 @@ def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering
         stack=stack.name,
         objects=sorted(objects, key=_sort_key),
         outputs=outputs,
+        settings=settings_from_raw(stack.values, set(stack.secret_keys))[0],
         registrations=mocks.registrations,
     )
 
@@ -168,6 +183,11 @@ def to_yaml(rendering: Rendering) -> str:
     ]
     for reg in rendering.external:
         header.append(f"# Also applied (kustomize, server-side): {reg.inputs.get('directory')}")
+        if reg.transforms:
+            header.append(
+                "#   with its operator Deployment configured by this stack (init container template and "
+                "images; see infra/program/training_operator.py)"
+            )
     body = yaml.safe_dump_all(
         rendering.objects, sort_keys=True, default_flow_style=False, explicit_start=True, width=120
     )

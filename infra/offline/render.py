@@ -1,10 +1,14 @@
 """Offline render: `python -m infra.offline.render --stack NAME [--out DIR] [--validate]`.
 
 Runs the real Pulumi program with the stack's config under Pulumi's mock runtime, writes every
-Kubernetes object it would create as deterministic YAML and prints a preview-like table.
+Kubernetes object it would create as deterministic YAML (`<stack>.yaml`), and the pods and Services
+the controllers then create from them (`<stack>.effective.yaml`, see `infra.offline.cluster`), and
+prints a preview-like table. `--validate` checks the objects against the upstream schemas and the
+effective pods against the namespace's admission (Pod Security, LimitRange, ResourceQuota).
 
 Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a missing --crd file or an
-unwritable --out (nothing written); 3 a rendered object failed schema validation (nothing written).
+unwritable --out (nothing written); 3 a rendered object failed schema validation, or an effective pod
+would be refused by the API server (one line each; nothing written).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from infra.offline.cluster import ClusterView, cluster_view, effective_yaml
 from infra.offline.manifest import Rendering, render, to_yaml
 from infra.offline.stackconfig import ROOT, StackNotFound, load_stack
 
@@ -81,13 +86,46 @@ def describe(obj: dict[str, Any]) -> str:
         nodes = sum(r["replicas"] for r in replicas.values())
         return f"nodes={nodes} procs/node={spec['nprocPerNode']} {_pod_facts(replicas['Master']['template'])}"
     if kind == "Job":
-        return f"indexed nodes={spec['completions']} {_pod_facts(spec['template'])}"
+        procs = next(
+            (
+                e["value"]
+                for e in spec["template"]["spec"]["containers"][0].get("env", [])
+                if e["name"] == "PET_NPROC_PER_NODE"
+            ),
+            "?",
+        )
+        return f"indexed nodes={spec['completions']} procs/node={procs} {_pod_facts(spec['template'])}"
     return ""
 
 
-def summary(rendering: Rendering) -> str:
+def _effective_pod_facts(view: ClusterView) -> list[tuple[str, str, str]]:
+    refused = {line.split('"', 2)[1] for line in view.admission.refusals}
+    rows = []
+    for pod in view.admission.pods:
+        init = ",".join(c["name"] for c in pod.spec.get("initContainers", [])) or "-"
+        verdict = "REFUSED" if pod.name in refused else f"admitted ({view.namespace.level})"
+        rows.append(
+            (
+                "Pod (effective)",
+                pod.name,
+                f"{pod.owner} {pod.role} node-rank={pod.node_rank} init={init} {verdict}",
+            )
+        )
+    rows += [
+        (
+            "Service (effective)",
+            s["metadata"]["name"],
+            f"{s['metadata']['labels'].get('training.kubeflow.org/job-name', '')} headless",
+        )
+        for s in view.effective.services
+    ]
+    return rows
+
+
+def summary(rendering: Rendering, view: ClusterView) -> str:
     rows = [(o["kind"], o["metadata"]["name"], describe(o)) for o in rendering.objects]
     rows += [("kustomize", r.name, f"source={r.inputs.get('directory')}") for r in rendering.external]
+    rows += _effective_pod_facts(view)
     width = [max(len(r[i]) for r in rows + [("KIND", "NAME", "")]) for i in range(2)]
     lines = [f"{'KIND':<{width[0]}}  {'NAME':<{width[1]}}  DETAILS"]
     lines += [f"{k:<{width[0]}}  {n:<{width[1]}}  {d}" for k, n, d in rows]
@@ -116,11 +154,15 @@ def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> l
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write through a temporary file and rename; the file's mode honours the umask, as `open` would."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
         tmp.write(text)
         tmp.flush()
         os.fsync(tmp.fileno())
+        os.fchmod(tmp.fileno(), 0o666 & ~umask)
     os.replace(tmp.name, path)
 
 
@@ -135,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=ROOT / "build" / "rendered",
-        help="directory for <stack>.yaml (default: build/rendered)",
+        help="directory for <stack>.yaml and <stack>.effective.yaml (default: build/rendered)",
     )
     parser.add_argument(
         "--validate",
         action="store_true",
         help="check built-in objects with kubernetes-validate --strict for the stack's "
-        "kubernetesVersion and PyTorchJobs against the CRD schema",
+        "kubernetesVersion, PyTorchJobs against the CRD schema, and the effective pods against the "
+        "namespace's admission (Pod Security, LimitRange, ResourceQuota)",
     )
     parser.add_argument(
         "--crd",
@@ -151,33 +194,48 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        stack = load_stack(args.stack)
-        rendering = render(stack)
+        rendering = render(load_stack(args.stack))
     except (ConfigError, StackNotFound) as exc:
         print(f"render: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    print(summary(rendering))
+    view = cluster_view(rendering.objects, rendering.settings)
+    print(summary(rendering, view))
     if args.validate:
-        from infra.program.config import settings_from_raw
-
-        version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
         if args.crd != DEFAULT_CRD and not args.crd.is_file():
             print(f"render: --crd {args.crd}: no such file", file=sys.stderr)
             return EXIT_CONFIG
+        version = rendering.settings.kubernetes_version
         crd = args.crd if args.crd.is_file() else None
-        errors = validation_errors(rendering, version, crd)
+        errors = [f"invalid {e}" for e in validation_errors(rendering, version, crd)]
+        errors += [f"refused {line}" for line in view.admission.refusals]
         if errors:
-            print("\n".join(f"render: invalid {e}" for e in errors), file=sys.stderr)
+            print("\n".join(f"render: {e}" for e in errors), file=sys.stderr)
             return EXIT_INVALID
-        crd_note = "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
-        print(f"validated: built-in objects against Kubernetes {version} (strict); {crd_note}")
-    path = args.out / f"{args.stack}.yaml"
-    try:
-        write_atomic(path, to_yaml(rendering))
-    except OSError as exc:
-        print(f"render: cannot write {path}: {exc.strerror}", file=sys.stderr)
-        return EXIT_CONFIG
-    print(f"wrote {len(rendering.objects)} objects to {path}")
+        checked = [f"built-in objects against Kubernetes {version} (strict)"]
+        if any(o["kind"] == "PyTorchJob" for o in rendering.objects):
+            checked.append(
+                "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
+            )
+        checked.append(
+            f"{len(view.admission.pods)} effective pods admitted under Pod Security "
+            f"'{view.namespace.level}', LimitRange and ResourceQuota"
+        )
+        print(f"validated: {'; '.join(checked)}")
+    written = []
+    for path, text in (
+        (args.out / f"{args.stack}.yaml", to_yaml(rendering)),
+        (args.out / f"{args.stack}.effective.yaml", effective_yaml(view, args.stack)),
+    ):
+        try:
+            write_atomic(path, text)
+        except OSError as exc:
+            print(f"render: cannot write {path}: {exc.strerror}", file=sys.stderr)
+            return EXIT_CONFIG
+        written.append(str(path))
+    print(
+        f"wrote {len(rendering.objects)} objects to {written[0]}; the {len(view.effective.pods)} pods and "
+        f"{len(view.effective.services)} Services the controllers create to {written[1]}"
+    )
     return 0
 
 

@@ -214,3 +214,25 @@ def _namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
                 quota,
                 f">= jobNodes x {request_key} ({s.job_nodes} x {request}), or its pods can never all start",
             )
+
+
+@check
+def _operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """An operator this stack does not install adds an init container this stack cannot see to every
+    PyTorchJob Worker pod; under 'restricted' the user must vouch for it, or no Worker pod is admitted."""
+    workers = s.job_kind == "pytorchjob" and s.job_nodes > 1
+    if (
+        workers
+        and not s.operator_install
+        and s.namespace_pod_security == "restricted"
+        and not s.operator_init_container_restricted
+    ):
+        yield ConfigError(
+            "operatorInitContainerRestricted",
+            False,
+            "true when operatorInstall is false and a multi-node PyTorchJob runs in a namespace enforcing "
+            "Pod Security 'restricted' (the operator adds an init container to every Worker pod, upstream's "
+            "without a securityContext, and the namespace refuses those pods): configure that operator's "
+            "init container template to be restricted-compliant (as operatorInstall true does) and set this "
+            "key, or set namespacePodSecurity to baseline",
+        )

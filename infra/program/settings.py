@@ -23,6 +23,13 @@ QUANTITY = re.compile(
 )
 K8S_VERSIONS = tuple(f"1.{minor}" for minor in range(29, 38))
 
+# The operator's init container image: upstream's default is alpine:3.10 by tag. This is the alpine:3.20
+# multi-arch index as pinned by several public repositories (nothing here can pull it); re-check with
+# `docker buildx imagetools inspect alpine:3.20 --format '{{json .Manifest.Digest}}'` before changing it.
+OPERATOR_INIT_IMAGE = (
+    "docker.io/library/alpine:3.20@sha256:d9e853e87e55526f6b2917df91a2115c36dd7c696a35be12163d44e6e2a4b6bc"
+)
+
 # Config keys that hold secrets: read with `require_secret`, never part of the plain model.
 SECRET_KEYS = {
     "minioAccessKey": "S3/MinIO access key id; set with `pulumi config set --secret minioAccessKey`.",
@@ -52,6 +59,13 @@ class Settings(BaseModel):
         "createNamespace",
         True,
         "Create the namespace, labelled to enforce Pod Security 'restricted'; false uses an existing one.",
+    )
+    namespace_pod_security: Literal["restricted", "baseline", "privileged"] = key(
+        "namespacePodSecurity",
+        "restricted",
+        "Pod Security level the namespace enforces: the created namespace is labelled with it; for an "
+        "existing namespace (createNamespace false) declare the level it enforces. Every pod the job's "
+        "controllers create is checked against it before deployment.",
     )
     kubernetes_version: Literal[K8S_VERSIONS] = key(  # type: ignore[valid-type]
         "kubernetesVersion",
@@ -176,6 +190,27 @@ class Settings(BaseModel):
         "",
         "Kustomize source of the operator (a mirror for air-gapped clusters): a local path or a git URL "
         "with ?ref=<tag or commit>; empty uses the upstream standalone overlay at operatorVersion.",
+    )
+
+    operator_image: str = key(
+        "operatorImage",
+        "",
+        "Image of the operator's controller (a mirror for air-gapped clusters), pinned; empty keeps the "
+        "overlay's own image.",
+    )
+    operator_init_container_image: str = key(
+        "operatorInitContainerImage",
+        OPERATOR_INIT_IMAGE,
+        "Image of the init container the installed operator adds to PyTorchJob Worker pods (it waits "
+        "for the master's DNS name; needs sh and nslookup); pinned by digest. Point it at a mirror on "
+        "air-gapped clusters.",
+    )
+    operator_init_container_restricted: bool = key(
+        "operatorInitContainerRestricted",
+        False,
+        "With operatorInstall false: declare that the operator already present configures its PyTorchJob "
+        "init container to meet Pod Security 'restricted' (as this project's install does). Required for "
+        "a multi-node PyTorchJob in a namespace enforcing 'restricted'.",
     )
 
     # --- training job ------------------------------------------------------------------------
@@ -366,6 +401,19 @@ class Settings(BaseModel):
     @classmethod
     def _pinned_image(cls, value: str) -> str:
         return check_pinned_image(value)
+
+    @field_validator("operator_image")
+    @classmethod
+    def _optional_pinned_image(cls, value: str) -> str:
+        return value and check_pinned_image(value)
+
+    @field_validator("operator_init_container_image")
+    @classmethod
+    def _digest_pinned_image(cls, value: str) -> str:
+        check_pinned_image(value)
+        if "@sha256:" not in value:
+            raise ValueError("an image pinned by digest, such as registry/alpine:3.20@sha256:<64 hex>")
+        return value
 
     @property
     def backend(self) -> Literal["nccl", "gloo"]:

@@ -19,7 +19,8 @@ from infra.program.training_operator import TrainingOperator
 def _namespace(settings: Settings) -> pulumi.Input[str]:
     if not settings.create_namespace:
         return settings.namespace
-    enforce = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    level = settings.namespace_pod_security
+    enforce = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}
     namespace = k8s.core.v1.Namespace(
         "namespace",
         metadata=k8s.meta.v1.ObjectMetaArgs(

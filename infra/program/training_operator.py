@@ -1,6 +1,23 @@
-"""The Kubeflow training operator, installed from a pinned kustomize overlay (or assumed present)."""
+"""The Kubeflow training operator, installed from a pinned kustomize overlay (or assumed present).
+
+Upstream v1.9.4 appends an init container `init-pytorch` to every PyTorchJob Worker pod
+(`pkg/controller.v1/pytorch/initcontainer.go`): image `alpine:3.10` by tag, no securityContext, so a
+namespace enforcing Pod Security "restricted" refuses every Worker pod. The operator reads that
+container's Go template from `/etc/config/initContainer.yaml` (`--pytorch-init-container-template-file`,
+read once, at the first Worker pod) and its image from `--pytorch-init-container-image`; the standalone
+overlay sets neither.
+
+Our change is a Pulumi transform on the overlay's Deployment rather than a kustomize overlay in the
+repository: the template and images come from stack config (a kustomize file cannot read it), and the
+template travels in the Deployment itself (a pod annotation projected to `/etc/config/initContainer.yaml`
+by a downwardAPI volume), so it is applied with the operator in one step, needs no object in the
+`kubeflow` namespace the overlay creates, and editing it rolls the operator.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -8,6 +25,39 @@ import pulumi_kubernetes as k8s
 from infra.program.settings import PROJECT, Settings
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone"
+OPERATOR_DEPLOYMENT = "training-operator"  # name of the Deployment and of its container upstream
+TEMPLATE_ANNOTATION = f"{PROJECT}.io/pytorch-init-container-template"
+TEMPLATE_DIR = "/etc/config"
+TEMPLATE_FILE = "initContainer.yaml"
+MAX_TRIES = 100  # upstream's --pytorch-init-container-max-tries default, kept
+
+# Upstream's template (same command, resources and pull policy), plus a securityContext that meets
+# Pod Security "restricted": a fixed non-root uid (alpine's `nobody`, since the image runs as root by
+# default), no privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root.
+# Fields: {{.InitContainerImage}}, {{.MaxTries}}, {{.MasterAddr}} (the Master's Service name).
+RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  resources:
+    limits:
+      cpu: 100m
+      memory: 20Mi
+    requests:
+      cpu: 50m
+      memory: 10Mi
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+    readOnlyRootFilesystem: true
+    runAsNonRoot: true
+    runAsUser: 65534
+    runAsGroup: 65534
+    seccompProfile:
+      type: RuntimeDefault
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+"""
 
 
 def operator_source(settings: Settings) -> str:
@@ -15,8 +65,62 @@ def operator_source(settings: Settings) -> str:
     return settings.operator_source or f"{UPSTREAM}?ref={settings.operator_version}"
 
 
+def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The operator Deployment with our init container template and images (a new dict)."""
+    import copy
+
+    deployment = copy.deepcopy(props)
+    template = deployment["spec"]["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[TEMPLATE_ANNOTATION] = (
+        RESTRICTED_INIT_CONTAINER_TEMPLATE
+    )
+    pod = template["spec"]
+    pod.setdefault("volumes", []).append(
+        {
+            "name": "pytorch-init-container-template",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": TEMPLATE_FILE,
+                        "fieldRef": {"fieldPath": f"metadata.annotations['{TEMPLATE_ANNOTATION}']"},
+                    }
+                ]
+            },
+        }
+    )
+    container = next(c for c in pod["containers"] if c["name"] == OPERATOR_DEPLOYMENT)
+    container.setdefault("volumeMounts", []).append(
+        {"name": "pytorch-init-container-template", "mountPath": TEMPLATE_DIR, "readOnly": True}
+    )
+    container["args"] = [
+        *container.get("args", []),
+        f"--pytorch-init-container-image={settings.operator_init_container_image}",
+        f"--pytorch-init-container-template-file={TEMPLATE_DIR}/{TEMPLATE_FILE}",
+    ]
+    if settings.operator_image:
+        container["image"] = settings.operator_image
+    return deployment
+
+
+def operator_transform(
+    settings: Settings,
+) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
+    """A transform for the overlay's children that rewrites the operator Deployment, nothing else."""
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        props: dict[str, Any] = dict(args.props)
+        if args.type_ != "kubernetes:apps/v1:Deployment":
+            return None
+        if (props.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:
+            return None
+        return pulumi.ResourceTransformResult(props=configure_deployment(props, settings), opts=args.opts)
+
+    return transform
+
+
 class TrainingOperator(pulumi.ComponentResource):
-    """Applies the operator's standalone overlay (CRDs, controller, webhook) with the caller's provider.
+    """Applies the operator's standalone overlay (CRDs, controller, webhook) with the caller's provider,
+    its Deployment configured by `operator_transform`.
 
     The Kubernetes provider applies server-side by default, as the upstream install instructions ask.
     Everything that creates a PyTorchJob depends on this component, so the CRD exists first.
@@ -26,6 +130,8 @@ class TrainingOperator(pulumi.ComponentResource):
         super().__init__(f"{PROJECT}:operator:TrainingOperator", name, {}, opts)
         self.source = operator_source(settings)
         k8s.kustomize.v2.Directory(
-            f"{name}-manifests", directory=self.source, opts=pulumi.ResourceOptions(parent=self)
+            f"{name}-manifests",
+            directory=self.source,
+            opts=pulumi.ResourceOptions(parent=self, transforms=[operator_transform(settings)]),
         )
         self.register_outputs({"source": self.source})

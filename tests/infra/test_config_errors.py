@@ -191,6 +191,23 @@ BAD_CONFIGS = [
         {"jobNetworkPolicy": "sometimes"},
         "config ddp-mnist:jobNetworkPolicy=sometimes is invalid: must be true or false",
     ),
+    # --- Pod Security and the operator's init container ---
+    (
+        {"namespacePodSecurity": "strict"},
+        "config ddp-mnist:namespacePodSecurity=strict is invalid: must be one of 'restricted', 'baseline' or 'privileged'",
+    ),
+    (
+        {"operatorInstall": False},
+        "config ddp-mnist:operatorInitContainerRestricted=false is invalid: must be true when operatorInstall is false and a multi-node PyTorchJob runs in a namespace enforcing Pod Security 'restricted' (the operator adds an init container to every Worker pod, upstream's without a securityContext, and the namespace refuses those pods): configure that operator's init container template to be restricted-compliant (as operatorInstall true does) and set this key, or set namespacePodSecurity to baseline",
+    ),
+    (
+        {"operatorInitContainerImage": "alpine:3.20"},
+        "config ddp-mnist:operatorInitContainerImage=alpine:3.20 is invalid: must be an image pinned by digest, such as registry/alpine:3.20@sha256:<64 hex>",
+    ),
+    (
+        {"operatorImage": "mirror.example.com/training-operator"},
+        "config ddp-mnist:operatorImage=mirror.example.com/training-operator is invalid: must be a pinned image: add a version tag or an @sha256 digest (untagged means latest)",
+    ),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +40,18 @@ def test_render_writes_manifest_and_summary(tmp_path):
     result = _render("--stack", "eks-gpu", "--out", str(tmp_path), "--validate")
     assert result.returncode == 0, result.stderr
     assert "Job                    mnist-r1" in result.stdout
-    assert "indexed nodes=2 gpus/node=4 backend=nccl" in result.stdout
-    assert "validated: built-in objects against Kubernetes 1.33 (strict)" in result.stdout
+    assert "indexed nodes=2 procs/node=4 gpus/node=4 backend=nccl" in result.stdout
+    assert "Pod (effective)        mnist-r1-1-xxxxx       Job/mnist-r1 Index node-rank=1" in result.stdout
+    assert result.stdout.count("admitted (restricted)") == 2
+    # No PyTorchJob in this stack, so no word about its CRD schema.
+    assert (
+        "validated: built-in objects against Kubernetes 1.33 (strict); 2 effective pods admitted under "
+        "Pod Security 'restricted', LimitRange and ResourceQuota"
+    ) in result.stdout
+    effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
+    assert [d["metadata"]["generateName"] for d in effective] == ["mnist-r1-0-", "mnist-r1-1-"]
+    for written in ("eks-gpu.yaml", "eks-gpu.effective.yaml"):
+        assert (tmp_path / written).stat().st_mode & 0o777 == 0o666 & ~_umask(), written
     documents = list(yaml.safe_load_all((tmp_path / "eks-gpu.yaml").read_text()))
     assert [d["kind"] for d in documents] == [
         "Namespace",
@@ -52,6 +63,31 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "Service",
         "Job",
     ]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_refused_pod_fails_validate_with_exit_3_and_writes_nothing(tmp_path):
+    """Were the installed operator's template upstream's (no securityContext), --validate refuses the
+    Worker pod in the API server's words, one line per failed check."""
+    code = (
+        "import sys, infra.offline.cluster as c, infra.offline.effective.pytorchjob as p, "
+        "infra.offline.render as r; c.RESTRICTED_INIT_CONTAINER_TEMPLATE = p.UPSTREAM_INIT_CONTAINER_TEMPLATE; "
+        f"sys.exit(r.main(['--stack', 'dev', '--validate', '--out', {str(tmp_path)!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 3
+    assert result.stderr.splitlines() == [
+        'render: refused pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" must set securityContext.allowPrivilegeEscalation=false)',
+        'render: refused pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": unrestricted capabilities (container "init-pytorch" must set securityContext.capabilities.drop=["ALL"])',
+    ], result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_config_exits_2_and_writes_nothing(tmp_path):

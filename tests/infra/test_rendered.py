@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from infra.offline.cluster import cluster_view
 from infra.offline.manifest import render
-from infra.offline.podenv import container_env, node_argv, operator_env
+from infra.offline.podenv import container_env, node_argv
 from infra.offline.stackconfig import load_stack
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
@@ -100,7 +101,9 @@ def test_training_job_depends_on_the_operator_install():
         assert "training-operator-manifests" in job.dependencies  # the component, expanded
     (job,) = [
         r
-        for r in render_config({"operatorInstall": False}).registrations
+        for r in render_config(
+            {"operatorInstall": False, "operatorInitContainerRestricted": True}
+        ).registrations
         if r.custom and r.type.endswith(":PyTorchJob")
     ]
     assert not any(d.startswith("training-operator") for d in job.dependencies)
@@ -177,20 +180,27 @@ def test_node_affinity_expressions():
     ]
 
 
+def _node_argvs(rendering):
+    """Each effective pod's main-container command, as the kubelet expands it."""
+    pods = cluster_view(rendering.objects, rendering.settings).effective.pods
+    argvs = []
+    for pod in pods:
+        container = _container(pod.manifest)
+        argvs.append(node_argv(container, container_env(container, pod.manifest)))
+    return pods, argvs
+
+
 def test_pytorchjob_torchrun_arguments_per_node():
-    job = one(render_config({"jobNodes": 3, "jobProcsPerNode": 2, "jobBatchSize": 240}), "PyTorchJob")
+    rendering = render_config({"jobNodes": 3, "jobProcsPerNode": 2, "jobBatchSize": 240})
+    job = one(rendering, "PyTorchJob")
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
     assert job["spec"]["nprocPerNode"] == "2"
-    seen = []
-    for replica_type, index in [("Master", 0), ("Worker", 0), ("Worker", 1)]:
-        template = replicas[replica_type]["template"]
-        env = {**container_env(_container(template)), **operator_env(job, replica_type, index)}
-        argv = node_argv(template["spec"], env)
+    pods, argvs = _node_argvs(rendering)
+    assert [p.name for p in pods] == ["mnist-r1-master-0", "mnist-r1-worker-0", "mnist-r1-worker-1"]
+    for rank, argv in enumerate(argvs):
         assert argv[:3] == ["python", "-m", "trainer.launch"]
-        seen.append(_torchrun_flags(argv))
-    for rank, flags in enumerate(seen):
-        assert flags == {
+        assert _torchrun_flags(argv) == {
             "nnodes": "3",
             "node-rank": str(rank),
             "nproc-per-node": "2",
@@ -211,10 +221,10 @@ def test_indexed_job_torchrun_arguments_per_node():
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert service["spec"]["selector"] == spec["template"]["metadata"]["labels"]
-    for index in range(3):
-        env = container_env(_container(spec["template"]), completion_index=index)
-        flags = _torchrun_flags(node_argv(spec["template"]["spec"], env))
-        assert flags == {
+    pods, argvs = _node_argvs(rendering)
+    assert [p.spec["hostname"] for p in pods] == ["mnist-r1-0", "mnist-r1-1", "mnist-r1-2"]
+    for index, argv in enumerate(argvs):
+        assert _torchrun_flags(argv) == {
             "nnodes": "3",
             "node-rank": str(index),
             "nproc-per-node": "1",
@@ -353,7 +363,7 @@ def test_operator_install_is_pinned_and_optional():
     rendering = render_config({})
     (install,) = rendering.external
     assert install.inputs["directory"].endswith("manifests/overlays/standalone?ref=v1.9.4")
-    assert render_config({"operatorInstall": False}).external == []
+    assert render_config({"operatorInstall": False, "operatorInitContainerRestricted": True}).external == []
 
 
 def test_stack_outputs():
@@ -387,8 +397,10 @@ def test_bad_input_codes_are_the_trainers():
 
 def test_operator_env_matches_the_documented_injection():
     """What the training operator v1.9 injects (../shared/DESIGN-NOTES.md), for a 3-node, 2-process job."""
-    job = one(render_config({"jobNodes": 3, "jobProcsPerNode": 2, "jobBatchSize": 240}), "PyTorchJob")
-    assert operator_env(job, "Worker", 1) == {
+    rendering = render_config({"jobNodes": 3, "jobProcsPerNode": 2, "jobBatchSize": 240})
+    master, _, worker = cluster_view(rendering.objects, rendering.settings).effective.pods
+    injected = worker.spec["containers"][0]["env"][-10:]
+    assert {e["name"]: e["value"] for e in injected} == {
         "PYTHONUNBUFFERED": "1",
         "MASTER_ADDR": "mnist-r1-master-0",
         "MASTER_PORT": "23456",
@@ -400,4 +412,4 @@ def test_operator_env_matches_the_documented_injection():
         "PET_NNODES": "3",
         "PET_NPROC_PER_NODE": "2",
     }
-    assert operator_env(job, "Master", 0)["RANK"] == "0"
+    assert {e["name"]: e["value"] for e in master.spec["containers"][0]["env"][-10:]}["RANK"] == "0"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from infra.offline.cluster import cluster_view, effective_yaml
 from infra.offline.manifest import REDACTED, RecordingMocks, render, to_yaml
 from infra.offline.render import summary
 from tests.infra.conftest import BASE, stack_config
@@ -20,8 +21,10 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
         secrets={"minioAccessKey": CANARY_ID, "minioSecretKey": CANARY_KEY},
     )
     rendering = render(config, mocks)
-    text = to_yaml(rendering) + summary(rendering) + repr(rendering.outputs) + repr(rendering.objects)
-    print(summary(rendering))
+    view = cluster_view(rendering.objects, rendering.settings)
+    text = to_yaml(rendering) + summary(rendering, view) + repr(rendering.outputs) + repr(rendering.objects)
+    text += effective_yaml(view, "test")  # the effective pods reference the Secret, never hold it
+    print(summary(rendering, view))
     captured = capsys.readouterr()
     for canary in (CANARY_ID, CANARY_KEY):
         assert canary not in text

@@ -8,6 +8,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from infra.offline.cluster import cluster_view, effective_yaml
 from infra.offline.crd import crd_validator
 from infra.offline.manifest import render, to_yaml
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
@@ -30,6 +31,33 @@ def test_stack_matches_golden_manifest(name):
         golden.write_text(text)
     assert golden.is_file(), f"no golden file for {name}: run `make golden`"
     assert text == golden.read_text(), f"{name} renders differently from {golden}; review, then `make golden`"
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_effective_objects_match_golden_file(name):
+    """A reviewer sees what the cluster will run: the controllers' pods and Services, as admitted."""
+    rendering = render(load_stack(name))
+    text = effective_yaml(cluster_view(rendering.objects, rendering.settings), name)
+    golden = GOLDEN / f"{name}.effective.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert golden.is_file(), f"no golden file for {name}: run `make golden`"
+    assert text == golden.read_text(), (
+        f"{name}'s effective pods differ from {golden}; review, then `make golden`"
+    )
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_effective_pod_is_admitted_and_schema_valid(name):
+    rendering = render(load_stack(name))
+    view = cluster_view(rendering.objects, rendering.settings)
+    assert view.namespace.level == "restricted"
+    assert view.admission.refusals == []
+    assert len(view.admission.pods) == rendering.settings.job_nodes
+    for pod in view.admission.pods:
+        kubernetes_validate.validate(pod.manifest, f"{rendering.settings.kubernetes_version}.0", strict=True)
+    for service in view.effective.services:
+        kubernetes_validate.validate(service, f"{rendering.settings.kubernetes_version}.0", strict=True)
 
 
 @pytest.mark.parametrize("name", STACKS)

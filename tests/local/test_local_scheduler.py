@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.plan import JobPlan, plan
-from infra.offline.local.scheduler import Supervisor, free_port, report, run_plan, stack_secret_resolver
+from infra.offline.local.plan import JobPlan
+from infra.offline.local.scheduler import Supervisor, plan_stack, report, run_plan
 from infra.offline.manifest import Rendering
 from tests.infra.conftest import render_config
 
@@ -29,7 +29,7 @@ TWO_NODES = {
 
 
 def _plan(rendering: Rendering, tmp_path: Path) -> JobPlan:
-    return plan(rendering.objects, tmp_path, free_port(), stack_secret_resolver(rendering))
+    return plan_stack(rendering, tmp_path, {})
 
 
 def _pod_spec(rendering: Rendering) -> dict:
@@ -58,6 +58,10 @@ def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
     assert (job.output_dir / "model.pt").stat().st_size > 10_000
     assert job.output_dir == (tmp_path / "pvc" / "ddp-mnist-checkpoints" / "mnist-r1").resolve()
     assert "world_size=2" in output and "Succeeded" in output
+    if kind == "pytorchjob":  # the operator's init container ran first, against the local name map
+        assert "[local] pod mnist-r1-worker-0: node rank 1; init containers init-pytorch first" in output
+        assert "[mnist-r1-worker-0/init-pytorch] Name:\tmnist-r1-master-0" in output
+        assert output.index("[mnist-r1-worker-0/init-pytorch] Name:") < output.index("[mnist-r1-worker-0] ")
 
 
 def test_each_pod_gets_its_cluster_environment(tmp_path):
@@ -216,11 +220,35 @@ def test_unseedable_data_is_one_line_and_exit_2(tmp_path, monkeypatch):
 
 def test_env_overrides_apply_before_the_command_is_expanded(tmp_path):
     rendering = render_config(TWO_NODES)
-    job = plan(
-        rendering.objects,
-        tmp_path,
-        free_port(),
-        stack_secret_resolver(rendering),
-        overrides={"PET_MASTER_ADDR": "10.0.0.9"},
-    )
+    job = plan_stack(rendering, tmp_path, {"PET_MASTER_ADDR": "10.0.0.9"})
     assert all("--master-addr=10.0.0.9" in pod.argv for pod in job.pods)
+
+
+def test_a_failed_init_container_fails_its_pod_and_the_main_container_never_starts(tmp_path):
+    job = _plan(render_config({**TWO_NODES, "jobRestartPolicy": "Never"}), tmp_path)
+    worker = job.pods[1]
+    (init,) = worker.init
+    assert init.argv[:2] == ["sh", "-c"] and "nslookup mnist-r1-master-0;" in init.argv[2]
+    init.argv[2] = "echo no master here; exit 7"
+    ok, reason, output = _run(job, timeout=120)
+    assert not ok
+    assert reason.startswith("pod mnist-r1-worker-0 exited with 7 (no retry for this exit code)"), reason
+    assert "[local] pod mnist-r1-worker-0: init container init-pytorch exited with 7" in output
+    assert "[mnist-r1-worker-0] " not in output  # its trainer never ran
+
+
+def test_a_pod_the_api_server_would_refuse_is_refused_locally_with_its_message(tmp_path, monkeypatch):
+    import infra.offline.cluster as cluster
+    from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
+    from infra.offline.local.scheduler import PodsRefused
+
+    monkeypatch.setattr(cluster, "RESTRICTED_INIT_CONTAINER_TEMPLATE", UPSTREAM_INIT_CONTAINER_TEMPLATE)
+    with pytest.raises(PodsRefused) as refused:
+        _plan(render_config(TWO_NODES), tmp_path)
+    assert refused.value.lines == [
+        'pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
+        'allowPrivilegeEscalation != false (container "init-pytorch" must set '
+        "securityContext.allowPrivilegeEscalation=false)",
+        'pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
+        'unrestricted capabilities (container "init-pytorch" must set securityContext.capabilities.drop=["ALL"])',
+    ]

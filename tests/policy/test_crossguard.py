@@ -100,7 +100,7 @@ def test_violations_reach_report_violation():
         "pin a version tag or an @sha256 digest"
     ]
     assert _violations(policies["pod-security-restricted"], job) == [
-        "Job mnist-r1: pod sets hostNetwork (restricted: host-namespaces)"
+        "Job mnist-r1: host namespaces (hostNetwork=true) (restricted: hostNamespaces)"
     ]
 
 

@@ -1,21 +1,24 @@
-"""Turns a rendered training job into local processes: one per replica / index, as its pod would run.
+"""Turns a stack's effective pods into local processes, one per pod, as the kubelet would run them.
 
-Pure planning, no processes: which pods exist, the env each container sees (its own env, Secret
-references resolved, plus what the training operator or the Job controller injects), its volumes
-mapped to local directories, and its command with `$(VAR)` expanded. Cluster DNS names of the job's
-pods resolve to 127.0.0.1 and the rendezvous port is a free local one.
+Pure planning, no processes: the pods are the controllers' effective pods after admission
+(`infra.offline.cluster`), so their env already holds what the training operator or the Job controller
+injects. Here each container's env is resolved as the kubelet does (values, fieldRefs, Secret
+references), its volumes are mapped to local directories, and its command expanded. Cluster DNS names
+of the job's pods resolve to 127.0.0.1 and the rendezvous port is a free local one. Init containers
+run before the main container, with `nslookup` answered from the scheduler's own name map.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infra.offline.podenv import container_env, expand, operator_env
+from infra.offline.effective import EffectivePod
+from infra.offline.podenv import container_env, expand
 
 LOCALHOST = "127.0.0.1"
 
@@ -43,11 +46,20 @@ class RestartRule:
 
 
 @dataclass
+class LocalContainer:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
 class LocalPod:
     name: str
     index: int  # node rank
     argv: list[str]
     env: dict[str, str]
+    init: list[LocalContainer] = field(default_factory=list)
+    dns_names: tuple[str, ...] = ()  # what resolves to this pod once its main container runs
 
 
 @dataclass
@@ -58,6 +70,7 @@ class JobPlan:
     restart: RestartRule
     active_deadline: int | None
     volumes: dict[str, Path] = field(default_factory=dict)  # claim name -> local directory
+    dns_dir: Path | None = None  # the local name map the init containers' nslookup reads
 
     @property
     def output_dir(self) -> Path | None:
@@ -67,7 +80,7 @@ class JobPlan:
         return Path(where) if where else None
 
 
-def _training_job(objects: list[dict[str, Any]]) -> dict[str, Any]:
+def training_job(objects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     jobs = [o for o in objects if o["kind"] in ("PyTorchJob", "Job")]
     if len(jobs) != 1:
         raise PlanError(f"expected one training job (PyTorchJob or Job), found {len(jobs)}")
@@ -113,81 +126,98 @@ def _pod_dns(job: str, service: str | None) -> re.Pattern[str]:
     return re.compile(rf"^{names}{domain}$")
 
 
+def _restart_rule(job: Mapping[str, Any]) -> tuple[RestartRule, int | None]:
+    if job["kind"] == "PyTorchJob":
+        replicas = job["spec"]["pytorchReplicaSpecs"]
+        run_policy = job["spec"].get("runPolicy", {})
+        rule = RestartRule(
+            "pytorchjob",
+            replicas["Master"].get("restartPolicy", "OnFailure"),
+            int(run_policy.get("backoffLimit", 0)),
+        )
+        return rule, run_policy.get("activeDeadlineSeconds")
+    spec = job["spec"]
+    codes = tuple(
+        code
+        for rule in spec.get("podFailurePolicy", {}).get("rules", [])
+        if rule["action"] == "FailJob"
+        for code in rule.get("onExitCodes", {}).get("values", [])
+    )
+    return RestartRule("indexed-job", "Never", int(spec.get("backoffLimitPerIndex", 0)), codes), spec.get(
+        "activeDeadlineSeconds"
+    )
+
+
+def local_name(pod: EffectivePod) -> str:
+    """The pod's name here: its own, or for a generated name its hostname (`<job>-<index>`)."""
+    meta = pod.manifest["metadata"]
+    return meta.get("name") or pod.spec.get("hostname") or meta["generateName"].rstrip("-")
+
+
+def _dns_names(pod: EffectivePod, name: str) -> tuple[str, ...]:
+    """What cluster DNS answers for this pod: the operator's per-replica Service (named like the pod),
+    or the Indexed Job's `<hostname>.<subdomain>` through its headless Service."""
+    hostname, subdomain = pod.spec.get("hostname"), pod.spec.get("subdomain")
+    if hostname and subdomain:
+        return (f"{hostname}.{subdomain}",)
+    return (name,)
+
+
+def _local_container(
+    container: Mapping[str, Any],
+    pod: EffectivePod,
+    root: Path,
+    name: str,
+    secret_value: Callable[[str, str], str],
+    dns: re.Pattern[str],
+    master_port: int,
+    overrides: Mapping[str, str],
+) -> tuple[LocalContainer, dict[str, Path]]:
+    mounts, claims = _mounts(pod.spec, container, root, name)
+    env = _localize_env(container_env(container, pod.manifest, secret_value), mounts, dns, master_port)
+    env.setdefault("HOSTNAME", pod.spec.get("hostname") or name)  # what the kubelet sets
+    env.update(overrides)
+    argv = [
+        localize(expand(a, env), mounts) for a in [*container.get("command", []), *container.get("args", [])]
+    ]
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = sys.executable  # the project's environment stands in for the image
+    return LocalContainer(container["name"], argv, env), claims
+
+
 def plan(
-    objects: list[dict[str, Any]],
+    objects: Sequence[Mapping[str, Any]],
+    pods: Sequence[EffectivePod],
     root: Path,
     master_port: int,
     secret_value: Callable[[str, str], str],
     overrides: Mapping[str, str] | None = None,
 ) -> JobPlan:
-    """Every local pod of the rendered training job, ready to start; `overrides` replace env vars
-    before the command's `$(VAR)` references are expanded."""
-    job = _training_job(objects)
+    """Every local pod of the rendered training job, from its effective (admitted) pods, ready to start;
+    `overrides` replace env vars before the commands' `$(VAR)` references are expanded."""
+    job = training_job(objects)
     name = job["metadata"]["name"]
-    if job["kind"] == "PyTorchJob":
-        replicas = job["spec"]["pytorchReplicaSpecs"]
-        slots = [("Master", 0, f"{name}-master-0")]
-        slots += [
-            ("Worker", i, f"{name}-worker-{i}")
-            for i in range(int(replicas.get("Worker", {}).get("replicas", 0)))
-        ]
-        service = None
-        restart = RestartRule(
-            "pytorchjob",
-            replicas["Master"].get("restartPolicy", "Never"),
-            int(job["spec"].get("runPolicy", {}).get("backoffLimit", 0)),
-        )
-        deadline = job["spec"].get("runPolicy", {}).get("activeDeadlineSeconds")
-    else:
-        spec = job["spec"]
-        slots = [("Index", i, f"{name}-{i}") for i in range(int(spec["completions"]))]
-        service = spec["template"]["spec"].get("subdomain")
-        codes = tuple(
-            code
-            for rule in spec.get("podFailurePolicy", {}).get("rules", [])
-            if rule["action"] == "FailJob"
-            for code in rule.get("onExitCodes", {}).get("values", [])
-        )
-        restart = RestartRule("indexed-job", "Never", int(spec.get("backoffLimitPerIndex", 0)), codes)
-        deadline = spec.get("activeDeadlineSeconds")
+    restart, deadline = _restart_rule(job)
+    service = None if job["kind"] == "PyTorchJob" else job["spec"]["template"]["spec"].get("subdomain")
     dns = _pod_dns(name, service)
-    pods, volumes = [], {}
-    for replica_type, index, pod_name in slots:
-        template = (
-            job["spec"]["pytorchReplicaSpecs"][replica_type]["template"]
-            if job["kind"] == "PyTorchJob"
-            else job["spec"]["template"]
-        )
-        container = template["spec"]["containers"][0]
-        mounts, claims = _mounts(template["spec"], container, root, pod_name)
+    local_pods, volumes = [], {}
+    for pod in pods:
+        pod_name = local_name(pod)
+        args = (root, pod_name, secret_value, dns, master_port, overrides or {})
+        main, claims = _local_container(pod.spec["containers"][0], pod, *args)
         volumes.update(claims)
-        if job["kind"] == "PyTorchJob":
-            env = {
-                **container_env(container, secret_value=secret_value),
-                **operator_env(job, replica_type, index),
-            }
-            rank = env["PET_NODE_RANK"]
-        else:
-            env = container_env(container, completion_index=index, secret_value=secret_value)
-            rank = str(index)
-        env = _localize_env(env, mounts, dns, master_port)
-        if job["kind"] == "Job":  # what the Job controller and kubelet give an Indexed Job's pod
-            env.update(JOB_COMPLETION_INDEX=str(index), HOSTNAME=pod_name)
-        env.update(overrides or {})
-        argv = [
-            localize(expand(a, env), mounts)
-            for a in [*container.get("command", []), *container.get("args", [])]
-        ]
-        if argv and argv[0] in ("python", "python3"):
-            argv[0] = sys.executable  # the project's environment stands in for the image
-        pods.append(LocalPod(pod_name, int(rank) if rank.isdigit() else index, argv, env))
+        init = [_local_container(c, pod, *args)[0] for c in pod.spec.get("initContainers", [])]
+        local_pods.append(
+            LocalPod(pod_name, pod.node_rank, main.argv, main.env, init, _dns_names(pod, pod_name))
+        )
     return JobPlan(
         kind=restart.kind,
         job_name=name,
-        pods=pods,
+        pods=local_pods,
         restart=restart,
         active_deadline=int(deadline) if deadline else None,
         volumes=volumes,
+        dns_dir=root / "dns",
     )
 
 

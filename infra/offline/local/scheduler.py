@@ -1,13 +1,16 @@
 """Local scheduler: `python -m infra.offline.local --stack NAME` runs a stack's rendered workloads here.
 
 A development scheduler (like TorchX's local scheduler): it renders the stack exactly as
-`infra.offline.render` does, starts one process per replica / index running the pod's own command with
-this project's environment instead of the image, gives each the env its pod would see, maps PVCs
-to `.local/<stack>/pvc/<claim>/`, and follows the job's restart and failure rules. Kubernetes and
-the training operator remain the engine on real clusters.
+`infra.offline.render` does, derives the pods the controllers create and puts them through the
+namespace's admission (`infra.offline.cluster`: a pod the API server would refuse is refused here with
+the same message), then starts one local process per pod running its init containers and then its own
+command, with this project's environment instead of the image. Each gets the env its pod would see,
+PVCs map to `.local/<stack>/pvc/<claim>/`, and the job's restart and failure rules are followed.
+Kubernetes and the training operator remain the engine on real clusters.
 
-Exit codes: 0 the job succeeded; 1 the job failed; 2 bad stack config, unknown stack, a job that
-cannot run locally or MNIST that could not be seeded; 130 interrupted.
+Exit codes: 0 the job succeeded; 1 the job failed, or the API server would refuse its pods; 2 bad
+stack config, unknown stack, a job that cannot run locally or MNIST that could not be seeded;
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict, deque
@@ -29,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan
+from infra.offline.cluster import cluster_view
+from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, training_job
 from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
 
@@ -103,6 +108,72 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+class PodRun:
+    """One pod's run: its init containers in order, each to a successful end, then its main container,
+    as the kubelet runs them. `poll()` is None while it runs, else the exit code of the container that
+    ended it (an init container's failure ends the pod). Its DNS names resolve while the main runs."""
+
+    def __init__(self, pod: LocalPod, supervisor: Supervisor) -> None:
+        self.pod = pod
+        self.supervisor = supervisor
+        self.proc: subprocess.Popen[str] | None = None
+        self.returncode: int | None = None
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        pod, sup = self.pod, self.supervisor
+        for init in pod.init:
+            code = self._container(init.argv, sup.init_env(init.env), f"{pod.name}/{init.name}")
+            if code != 0:
+                sup.say(f"[local] pod {pod.name}: init container {init.name} exited with {code}")
+                self.returncode = code
+                return
+        sup.publish(pod, True)
+        try:
+            self.returncode = self._container(pod.argv, pod.env, pod.name)
+        finally:
+            sup.publish(pod, False)
+
+    def _container(self, argv: list[str], env: dict[str, str], prefix: str) -> int:
+        if self.stopped:
+            return 137
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.supervisor.tails[self.pod.name].append(line.rstrip())
+            self.supervisor.say(f"[{prefix}] {line.rstrip()}")
+        code = self.proc.wait()
+        return code if code >= 0 else 128 - code
+
+    def poll(self) -> int | None:
+        return None if self.thread.is_alive() else self.returncode
+
+    def kill(self, sig: int) -> None:
+        """Signal every process of the pod, as a container runtime does. torchrun starts its workers in
+        sessions of their own, so the pod's process group alone would leave them running."""
+        self.stopped = True
+        if self.proc is None:
+            return
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def wait(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise subprocess.TimeoutExpired("pod", timeout)
+
+
 class Supervisor:
     """Runs the planned pods, streams their output prefixed by pod name, applies restart rules."""
 
@@ -113,50 +184,57 @@ class Supervisor:
         # its peers have seen the failure too, so the new one never joins the old rendezvous.
         self.restart_delay = restart_delay
         self.lock = threading.Lock()
-        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.procs: dict[str, PodRun] = {}
         self.tails: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=80))
+        self.dns_dir = job.dns_dir or Path(tempfile.mkdtemp(prefix="local-dns-"))
+        self.dns_dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dns_dir.iterdir():
+            stale.unlink()
+        self.bin_dir = self.dns_dir.parent / "bin"
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        shim = self.bin_dir / "nslookup"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m infra.offline.local.nslookup "$@"\n')
+        shim.chmod(0o755)
 
     def say(self, line: str) -> None:
         with self.lock:
             print(line, file=self.out, flush=True)
 
-    def _stream(self, pod: LocalPod, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.tails[pod.name].append(line.rstrip())
-            self.say(f"[{pod.name}] {line.rstrip()}")
+    def init_env(self, env: dict[str, str]) -> dict[str, str]:
+        """An init container's env here: the host's tools (the image's stand-in), our `nslookup` first."""
+        return {
+            **env,
+            "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "LOCAL_DNS_DIR": str(self.dns_dir),
+            "PYTHONPATH": str(ROOT),
+        }
+
+    def publish(self, pod: LocalPod, running: bool) -> None:
+        """Cluster DNS answers a pod's names while it runs (headless Services publish running pods)."""
+        for name in pod.dns_names:
+            entry = self.dns_dir / name
+            if running:
+                entry.touch()
+            else:
+                entry.unlink(missing_ok=True)
 
     def start(self, pod: LocalPod) -> None:
-        proc = subprocess.Popen(
-            pod.argv,
-            env=pod.env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self.procs[pod.name] = proc
-        threading.Thread(target=self._stream, args=(pod, proc), daemon=True).start()
+        self.procs[pod.name] = PodRun(pod, self)
 
     def kill_pod(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signal every process of a pod, as a container runtime does. torchrun starts its workers in
-        sessions of their own, so the pod's process group alone would leave them running."""
-        for pid in [self.procs[name].pid, *descendants(self.procs[name].pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+        self.procs[name].kill(sig)
 
     def stop_all(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is None:
-                self.kill_pod(name, signal.SIGTERM)
+        for run in self.procs.values():
+            if run.poll() is None:
+                run.kill(signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for name, proc in self.procs.items():
+        for run in self.procs.values():
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                run.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.kill_pod(name)
-                proc.wait()
+                run.kill(signal.SIGKILL)
+                run.wait(timeout=30)
 
     def _failure(self, pod: LocalPod, code: int, why: str) -> str:
         return f"pod {pod.name} exited with {code} ({why}): {root_cause(self.tails[pod.name])}"
@@ -181,10 +259,10 @@ class Supervisor:
                             del waiting[pod.name]
                             self.start(pod)
                         continue
-                    proc = self.procs[pod.name]
-                    if pod.name in succeeded or proc.poll() is None:
+                    run = self.procs[pod.name]
+                    code = run.poll()
+                    if pod.name in succeeded or code is None:
                         continue
-                    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
                     if code == 0:
                         succeeded.add(pod.name)
                         if (job.kind == "pytorchjob" and pod.index == 0) or len(succeeded) == len(job.pods):
@@ -217,7 +295,7 @@ class Supervisor:
     def _finish(self, succeeded: set[str], started: float) -> JobResult:
         """The job succeeded (all indexes, or the Master): give the others a moment to exit."""
         grace = time.monotonic() + 30
-        while time.monotonic() < grace and any(p.poll() is None for p in self.procs.values()):
+        while time.monotonic() < grace and any(r.poll() is None for r in self.procs.values()):
             time.sleep(0.2)
         return JobResult(True, "succeeded", time.monotonic() - started)
 
@@ -258,21 +336,41 @@ def report(job: JobPlan, result: JobResult, out: TextIO) -> None:
     print(line, file=out, flush=True)
 
 
+class PodsRefused(Exception):
+    """The API server would refuse the job's pods: one line each, in its wording."""
+
+    def __init__(self, job: str, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__(f"job {job} cannot start: its pods are refused at admission")
+
+
+def plan_stack(rendering: Rendering, root: Path, overrides: dict[str, str]) -> JobPlan:
+    """The stack's job planned from its effective pods, once admission accepts all of them."""
+    view = cluster_view(rendering.objects, rendering.settings)
+    if view.admission.refusals:
+        job = training_job(rendering.objects)["metadata"]["name"]
+        raise PodsRefused(job, view.admission.refusals)
+    return plan(
+        rendering.objects, view.admission.pods, root, free_port(), stack_secret_resolver(rendering), overrides
+    )
+
+
 def run_stack(
     stack_name: str, workdir: Path, timeout: float, overrides: dict[str, str], out: TextIO = sys.stdout
 ) -> tuple[JobPlan, JobResult]:
     rendering = render(load_stack(stack_name))
-    job = plan(
-        rendering.objects, workdir / stack_name, free_port(), stack_secret_resolver(rendering), overrides
-    )
-    return run_plan(job, timeout, out)
+    return run_plan(plan_stack(rendering, workdir / stack_name, overrides), timeout, out)
 
 
 def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
     """Runs an already planned job (tests plan edited renderings through here)."""
     prepare_data(job, out)
     for pod in job.pods:
-        print(f"[local] pod {pod.name}: node rank {pod.index}", file=out, flush=True)
+        init = ", ".join(c.name for c in pod.init)
+        line = f"[local] pod {pod.name}: node rank {pod.index}"
+        if init:
+            line += f"; init containers {init} first (their nslookup: a local stand-in for cluster DNS)"
+        print(line, file=out, flush=True)
     result = Supervisor(job, out).run(timeout)
     report(job, result, out)
     return job, result
@@ -309,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, StackNotFound, PlanError) as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except PodsRefused as exc:
+        print(
+            "\n".join([f"local: {exc}", *(f"local: refused {line}" for line in exc.lines)]), file=sys.stderr
+        )
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0 if result.succeeded else EXIT_FAILED
