@@ -4,11 +4,14 @@
 # /tmp, /cache and /dev/shm. Nothing here holds data or secrets: MNIST comes from a volume or S3,
 # S3 keys from a Kubernetes Secret at run time.
 
-# The official PyTorch CUDA runtime image, pinned by its exact tag: torch 2.13.0 (the version the
-# trainer is tested with; pyproject pins torch==2.13.0) with CUDA 12.6 and cuDNN 9, so the image
-# never pip-installs a second, multi-GiB torch. When promoting a build, also pin the digest you
-# pulled (FROM ...:tag@sha256:...), which makes the base immutable.
-FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime
+# The official PyTorch CUDA runtime image: torch 2.13.0 (the version the trainer is tested with;
+# pyproject pins torch==2.13.0) with CUDA 12.6 and cuDNN 9, so the image never pip-installs a
+# second, multi-GiB torch. Its conda environment also ships numpy (torch warns at import without
+# it), so numpy is not reinstalled below. Pinned by tag and digest, so the base cannot change
+# under the tag. The digest is the one several public repositories pin for this tag (it was not
+# pulled from here); before promoting a build, re-check that the tag still resolves to it with
+#   docker buildx imagetools inspect pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime --format '{{json .Manifest.Digest}}'
+FROM pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

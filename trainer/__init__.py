@@ -7,8 +7,6 @@ Exit codes are defined in :mod:`trainer.errors`.
 
 from __future__ import annotations
 
-import warnings
-
 from trainer.errors import (
     EXIT_DATA,
     EXIT_INTERNAL,
@@ -29,6 +27,3 @@ __all__ = [
     "EXIT_S3_UNREACHABLE",
     "EXIT_USAGE",
 ]
-
-# torch warns at import when numpy is absent; the trainer never uses numpy.
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from trainer.errors import EXIT_USAGE
+from trainer.errors import EXIT_CODE_MEANINGS, EXIT_USAGE
 
 PROG = "python -m trainer"
 
@@ -49,6 +49,20 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"trainer: usage: {message} (see '{self.prog} --help')\n")
         sys.exit(EXIT_USAGE)
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to each flag's help, except where the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and "(default:" in action.help:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def exit_codes_epilog() -> str:
+    listed = ", ".join(f"{code} {meaning}" for code, meaning in sorted(EXIT_CODE_MEANINGS.items()))
+    return f"Exit codes: {listed}."
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:
@@ -93,9 +107,8 @@ def build_parser() -> OneLineArgumentParser:
         prog=PROG,
         description="Train a small CNN on MNIST with DistributedDataParallel. Run it plainly "
         "(one process) or under torchrun; rank information comes only from torchrun's env.",
-        epilog="Exit codes: 0 ok, 1 internal error, 2 bad flags, 3 data missing or corrupt, "
-        "4 S3 credentials rejected, 5 S3 endpoint unreachable.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog=exit_codes_epilog(),
+        formatter_class=DefaultsHelpFormatter,
     )
     add = parser.add_argument
     add(
@@ -108,13 +121,13 @@ def build_parser() -> OneLineArgumentParser:
     add(
         "--cache-dir",
         type=Path,
-        default=Path("./.cache/mnist"),
+        default="./.cache/mnist",
         help="where S3 data is downloaded and verified, once per node (CACHE/MNIST/raw/)",
     )
     add(
         "--checkpoint-dir",
         type=Path,
-        default=Path("./checkpoints"),
+        default="./checkpoints",
         help="checkpoints are written here by rank 0 and resumed from automatically",
     )
     add(

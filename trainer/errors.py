@@ -32,6 +32,17 @@ EXIT_MASTER_UNREACHABLE = 6
 
 BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
 
+# Short meanings, as ``python -m trainer --help`` lists them; a test keeps this in step with EXIT_*.
+EXIT_CODE_MEANINGS: dict[int, str] = {
+    EXIT_OK: "ok",
+    EXIT_INTERNAL: "internal error",
+    EXIT_USAGE: "bad flags",
+    EXIT_DATA: "data missing or corrupt",
+    EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
+    EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
+    EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch)",
+}
+
 
 class TrainerError(Exception):
     """An error a user can fix; reported as one line on stderr, never a traceback."""

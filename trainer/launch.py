@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from trainer.errors import EXIT_MASTER_UNREACHABLE, EXIT_USAGE, write_line
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 30.0
 RETRY_SLEEP_S = 0.5
 CONNECT_TIMEOUT_S = 2.0
 
@@ -53,10 +53,17 @@ def wait_for_master(
     timeout_s: float,
     report: Callable[[str], None],
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    progress_every_s: float = PROGRESS_EVERY_S,
 ) -> None:
-    """Retry a TCP connect (DNS failures included) until it succeeds or ``timeout_s`` passes."""
+    """Retry a TCP connect (DNS failures included) until it succeeds or ``timeout_s`` passes.
+
+    Reports the wait once, then a short line every ``progress_every_s``; a refused connection is the
+    normal state while the master starts, so the error text is shown only if the wait fails.
+    """
     start = clock()
-    next_report = start
+    report(f"waiting for master {host}:{port} (up to {timeout_s:g} s)")
+    next_report = progress_every_s
     while True:
         try:
             with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
@@ -70,10 +77,10 @@ def wait_for_master(
                     f"{timeout_s:g} s (last error: {error}); is the master pod running?",
                     EXIT_MASTER_UNREACHABLE,
                 ) from None
-            if clock() >= next_report:
-                report(f"waiting for master {host}:{port} ({waited:.0f}/{timeout_s:g} s): {error}")
-                next_report += PROGRESS_EVERY_S
-            time.sleep(min(RETRY_SLEEP_S, max(0.0, timeout_s - waited)))
+            if waited >= next_report:
+                report(f"still waiting for master {host}:{port} ({waited:.0f}/{timeout_s:g} s)")
+                next_report = progress_every_s * (waited // progress_every_s + 1)
+            sleep(min(RETRY_SLEEP_S, max(0.0, timeout_s - waited)))
 
 
 def failure_exit_code(exitcode: int) -> int:

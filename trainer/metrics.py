@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import resource
 import sys
 from dataclasses import asdict, dataclass
@@ -71,3 +72,21 @@ def export_results(
     torch.save({name: t.contiguous() for name, t in module.state_dict().items()}, buffer)
     atomic_write_bytes(output_dir / MODEL_FILE, buffer.getvalue())
     atomic_write_json(output_dir / METRICS_FILE, summary(history, extra))
+
+
+def record_restart(output_dir: Path, history: list[EpochRecord], restart: dict[str, Any]) -> bool:
+    """Append ``restart`` to the ``restarts`` list of this run's ``metrics.json``, keeping its figures.
+
+    The file is this run's when its history is the checkpoint's ``history``. Returns False (and
+    writes nothing) when there is no such file, so the caller exports the results instead.
+    """
+    path = output_dir / METRICS_FILE
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(metrics, dict) or metrics.get("history") != [record.as_dict() for record in history]:
+        return False
+    metrics["restarts"] = [*metrics.get("restarts", []), restart]
+    atomic_write_json(path, metrics)
+    return True

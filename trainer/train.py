@@ -7,6 +7,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from trainer import checkpoint, dist, engine
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
 from trainer.errors import UsageError, write_line
-from trainer.metrics import EpochRecord, export_results, peak_rss_mib
+from trainer.metrics import METRICS_FILE, EpochRecord, export_results, peak_rss_mib, record_restart
 from trainer.model import build_model, state_dict_sha256
 from trainer.scaling import BatchPlan, plan_batches, scaled_lr
 
@@ -191,7 +192,11 @@ def train(run: Run) -> None:
 
 
 def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
-    """Gather per-rank checksums and memory, then rank 0 exports model.pt and metrics.json."""
+    """Gather per-rank checksums and memory, then rank 0 exports model.pt and metrics.json.
+
+    A restart of a finished run trained nothing: it keeps that run's files and figures and only
+    appends itself to ``restarts`` in metrics.json.
+    """
     dist.broadcast_buffers_from_main(run.module)
     checksums = [
         raw.decode() for raw in dist.gather_bytes(state_dict_sha256(run.module).encode(), run.device)
@@ -201,28 +206,49 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
         for raw in dist.gather_bytes(f"{peak_rss_mib():.1f}".encode(), run.device)
     ]
     if run.env.is_main:
-        export_results(
-            run.config.output_dir,
-            run.module,
-            history,
-            {
-                "world_size": run.env.world_size,
-                "backend": run.backend,
-                "device": str(run.device),
-                "scaling": run.config.scaling,
-                "per_rank_batch": run.plan.per_rank_batch,
-                "global_batch": run.plan.global_batch,
-                "steps_per_epoch": run.plan.steps_per_epoch,
-                "lr": run.lr,
-                "epochs": run.config.epochs,
-                "resumed_from_epoch": resumed_from,
-                "wall_time_s": time.perf_counter() - run.started,
-                "state_dict_sha256_per_rank": checksums,
-                "peak_rss_mib_per_rank": rss,
-            },
-        )
-        log(run.env, f"wrote {run.config.output_dir / 'metrics.json'} and model.pt")
+        metrics_path = run.config.output_dir / METRICS_FILE
+        if resumed_from >= run.config.epochs and record_restart(
+            run.config.output_dir, history, restart_record(run, resumed_from)
+        ):
+            log(run.env, f"kept {metrics_path} and model.pt of the finished run; recorded this restart")
+        else:
+            export_results(
+                run.config.output_dir, run.module, history, results(run, resumed_from, checksums, rss)
+            )
+            log(run.env, f"wrote {metrics_path} and model.pt")
     dist.wait_for_all_ranks()
+
+
+def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float]) -> dict[str, Any]:
+    """metrics.json's run-level fields (the per-epoch figures come from the history)."""
+    return {
+        "world_size": run.env.world_size,
+        "backend": run.backend,
+        "device": str(run.device),
+        "scaling": run.config.scaling,
+        "per_rank_batch": run.plan.per_rank_batch,
+        "global_batch": run.plan.global_batch,
+        "steps_per_epoch": run.plan.steps_per_epoch,
+        "lr": run.lr,
+        "epochs": run.config.epochs,
+        "resumed_from_epoch": resumed_from,
+        "wall_time_s": time.perf_counter() - run.started,
+        "state_dict_sha256_per_rank": checksums,
+        "peak_rss_mib_per_rank": rss,
+        "restarts": [],
+    }
+
+
+def restart_record(run: Run, resumed_from: int) -> dict[str, Any]:
+    """One ``restarts`` entry: when a finished run was started again, and that it trained nothing."""
+    return {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "resumed_from_epoch": resumed_from,
+        "epochs_trained": 0,
+        "world_size": run.env.world_size,
+        "wall_time_s": time.perf_counter() - run.started,
+        "outcome": "run already finished; metrics.json and model.pt kept",
+    }
 
 
 def run_training(config: TrainConfig, started: float) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from trainer import errors
 from trainer.__main__ import main
 from trainer.cli import build_parser, parse_config
 
@@ -78,6 +81,29 @@ def test_help_documents_every_flag() -> None:
         "--weight-decay",
     ):
         assert flag in text
+
+
+def test_help_states_each_default_once(procs: Any) -> None:
+    result = procs.run("trainer", ["--help"])
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    flags = [action for action in build_parser()._actions if action.default is not argparse.SUPPRESS]
+    assert text.count("(default: ") == len(flags) == 15
+    assert "(default: None)" not in text
+    assert "where metrics.json and the final model.pt go (default: the checkpoint dir) --epochs" in text
+    assert "(default: ./checkpoints)" in text and "(default: ./.cache/mnist)" in text
+
+
+def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None:
+    text = " ".join(procs.run("trainer", ["--help"]).stdout.split())
+    listed = re.search(r"Exit codes: (.*)\.$", text)
+    assert listed, text
+    meanings = dict(entry.split(" ", 1) for entry in listed.group(1).split(", "))
+    defined = {
+        value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)
+    }
+    assert [int(code) for code in meanings] == sorted(defined) == list(range(7))
+    assert meanings["6"] == "master unreachable (python -m trainer.launch)"
 
 
 def test_defaults_match_the_documented_fastest_settings() -> None:

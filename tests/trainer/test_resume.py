@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,49 @@ def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
     assert EPOCH.findall(third.stdout) == []
     assert took < 30
     assert json.loads((ckpt / "metrics.json").read_text())["history"][-1]["epoch"] == 2
+
+
+@pytest.mark.slow
+def test_finished_run_started_again_keeps_its_figures_and_records_the_restart(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    args = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--epochs=2", "--train-limit=2048"]
+    metrics_path, model_path = ckpt / "metrics.json", ckpt / "model.pt"
+    assert procs.run("trainer", args).returncode == 0
+    original = json.loads(metrics_path.read_text())
+    model = (model_path.read_bytes(), model_path.stat().st_mtime_ns)
+    assert (original["epochs"], original["resumed_from_epoch"], original["restarts"]) == (2, 0, [])
+
+    started = datetime.now(UTC).replace(microsecond=0)
+    again = [procs.run("trainer", args), procs.run("trainer.launch", procs.launch_args(2, args))]
+    for result in again:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "trainer: run already finished (2/2 epochs); nothing to train" in result.stdout
+        assert f"trainer: kept {metrics_path} and model.pt of the finished run; recorded this restart" in (
+            result.stdout
+        )
+    metrics = json.loads(metrics_path.read_text())
+    restarts = metrics.pop("restarts")
+    # Every figure of the run that trained (accuracy, wall time, epochs, history) is as it was.
+    assert metrics == {key: value for key, value in original.items() if key != "restarts"}
+    assert [(r["world_size"], r["resumed_from_epoch"], r["epochs_trained"]) for r in restarts] == [
+        (1, 2, 0),
+        (2, 2, 0),
+    ]
+    assert {r["outcome"] for r in restarts} == {"run already finished; metrics.json and model.pt kept"}
+    times = [datetime.fromisoformat(r["at"]) for r in restarts]
+    assert started <= times[0] <= times[1] <= datetime.now(UTC)
+    assert all(0 < r["wall_time_s"] < original["wall_time_s"] + 60 for r in restarts)
+    assert (model_path.read_bytes(), model_path.stat().st_mtime_ns) == model
+
+    # With its metrics.json gone, a finished run exports it again from the final checkpoint.
+    metrics_path.unlink()
+    assert procs.run("trainer", args).returncode == 0
+    exported = json.loads(metrics_path.read_text())
+    assert exported["history"] == original["history"]
+    assert exported["final_test_accuracy"] == original["final_test_accuracy"] > 0.75
+    assert (exported["resumed_from_epoch"], exported["restarts"]) == (2, [])
 
 
 def test_changed_schedule_against_existing_checkpoint_is_a_usage_error(
