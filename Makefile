@@ -6,16 +6,18 @@ INFRA_VENV := .venv-infra
 ACTIONLINT := .local/actionlint
 STACK ?= dev
 
-.PHONY: run render test lint golden schema infra-env clean
+.PHONY: run render test lint golden schema infra-env lock clean
 
-$(INFRA_VENV)/.installed: pyproject.toml
+# Every install is constrained by constraints.txt, the full dependency closure that `make lock`
+# resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
+$(INFRA_VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(INFRA_VENV)
-	$(INFRA_VENV)/bin/pip install -q -e ".[infra]"
+	$(INFRA_VENV)/bin/pip install -q -c constraints.txt -e ".[infra]"
 	touch $@
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e ".[infra,trainer,test]"
+	$(VENV)/bin/pip install -q -c constraints.txt -e ".[infra,trainer,test]"
 	touch $@
 
 $(ACTIONLINT)/.installed:
@@ -26,7 +28,7 @@ infra-env: $(INFRA_VENV)/.installed
 
 run: $(VENV)/.installed
 	@# Without ../shared the local data volume is seeded by downloading MNIST, which needs torchvision.
-	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -e ".[download]"
+	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -c constraints.txt -e ".[download]"
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
 render: $(VENV)/.installed
@@ -45,6 +47,11 @@ golden: $(VENV)/.installed
 
 schema: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.program.schema
+
+# After changing a pin in pyproject.toml or policy/requirements.txt (or to take newer transitive
+# dependencies): re-resolve the whole closure from the package index into constraints.txt.
+lock:
+	$(PYTHON) constraints/lock.py
 
 clean:
 	rm -rf $(VENV) $(INFRA_VENV) build .pytest_cache .ruff_cache

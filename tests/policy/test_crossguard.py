@@ -167,11 +167,9 @@ def test_pack_files():
     pack = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert pack["runtime"] == {"name": "python", "options": {"virtualenv": ".venv"}}
     assert pack["version"] == "0.1.0"
-    pins = dict(
-        line.split("==")
-        for line in (ROOT / "policy" / "requirements.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    )
+    lines = (ROOT / "policy" / "requirements.txt").read_text().splitlines()
+    assert "-c ../constraints.txt" in lines, "the pack's environment installs the locked closure"
+    pins = dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert pins["pulumi-policy"] == "1.21.0"
     assert f'"pulumi=={pins["pulumi"]}"' in pyproject, "the pack and the program pin the same pulumi"
