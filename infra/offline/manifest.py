@@ -24,9 +24,22 @@ _KIND_ORDER = [
     "ServiceAccount",
     "NetworkPolicy",
     "Service",
+    "LocalQueue",
     "Job",
     "PyTorchJob",
 ]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resource options the engine acts on, as the program registered them."""
+
+    retain_on_delete: bool = False
+    dependencies: tuple[str, ...] = ()
+    parent: str = ""  # logical name of the parent resource ("" for the stack itself)
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
+    import_id: str = ""  # adopt this existing object instead of creating it
 
 
 @dataclass(frozen=True)
@@ -37,11 +50,33 @@ class Registration:
     name: str
     inputs: dict[str, Any]
     custom: bool
-    retain_on_delete: bool = False
-    dependencies: tuple[str, ...] = ()
-    parent: str = ""  # logical name of the parent resource ("" for the stack itself)
+    options: Options = field(default_factory=lambda: Options())
     # Transforms the engine would run on this resource's children (e.g. the operator overlay's).
     transforms: tuple[Any, ...] = ()
+
+    @property
+    def retain_on_delete(self) -> bool:
+        return self.options.retain_on_delete
+
+    @property
+    def dependencies(self) -> tuple[str, ...]:
+        return self.options.dependencies
+
+    @property
+    def parent(self) -> str:
+        return self.options.parent
+
+    @property
+    def replace_on_changes(self) -> tuple[str, ...]:
+        return self.options.replace_on_changes
+
+    @property
+    def delete_before_replace(self) -> bool:
+        return self.options.delete_before_replace
+
+    @property
+    def import_id(self) -> str:
+        return self.options.import_id
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
@@ -49,20 +84,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def __init__(self) -> None:
         self.registrations: list[Registration] = []
-        self._options: dict[str, tuple[bool, tuple[str, ...], str]] = {}
+        self._options: dict[str, Options] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        retain, deps, parent = self._options.pop(args.name, (False, (), ""))
+        options = self._options.pop(args.name, Options())
         self.registrations.append(
             Registration(
-                args.typ,
-                args.name,
-                dict(args.inputs),
-                bool(args.custom),
-                retain,
-                deps,
-                parent,
-                tuple(args.transforms),
+                args.typ, args.name, dict(args.inputs), bool(args.custom), options, tuple(args.transforms)
             )
         )
         return f"{args.name}-id", dict(args.inputs)
@@ -72,7 +100,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 
 class _RecordingMonitor(MockMonitor):
-    """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent)."""
+    """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent,
+    replaceOnChanges, deleteBeforeReplace, import)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
@@ -82,7 +111,14 @@ class _RecordingMonitor(MockMonitor):
         deps = tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.dependencies))
         stack_level = not request.parent or "::pulumi:pulumi:Stack::" in request.parent
         parent = "" if stack_level else request.parent.rsplit("::", 1)[-1]
-        self._recording._options[request.name] = (bool(request.retainOnDelete), deps, parent)
+        self._recording._options[request.name] = Options(
+            retain_on_delete=bool(request.retainOnDelete),
+            dependencies=deps,
+            parent=parent,
+            replace_on_changes=tuple(request.replaceOnChanges),
+            delete_before_replace=bool(request.deleteBeforeReplace),
+            import_id=request.importId,
+        )
         return super().RegisterResource(request)
 
 

@@ -38,7 +38,10 @@ def _pod_facts(template: dict[str, Any]) -> str:
 
 def _ports(rule: dict[str, Any]) -> str:
     ports = [
-        f"{p['port']}-{p['endPort']}" if "endPort" in p else str(p["port"]) for p in rule.get("ports", [])
+        f"{p['port']}-{p['endPort']}"
+        if "endPort" in p
+        else str(p.get("port", f"{p.get('protocol', 'TCP')}:*"))
+        for p in rule.get("ports", [])
     ]
     return ",".join(dict.fromkeys(ports)) or "any"
 
@@ -79,6 +82,8 @@ def describe(obj: dict[str, Any]) -> str:
             for field in ("max", "default", "defaultRequest")
             for k, v in sorted(item.get(field, {}).items())
         )
+    if kind == "LocalQueue":
+        return f"kueue clusterQueue={spec['clusterQueue']}"
     if kind == "Service":
         return f"headless={spec.get('clusterIP') == 'None'} ports={[p['port'] for p in spec['ports']]}"
     if kind == "PyTorchJob":
@@ -132,8 +137,15 @@ def summary(rendering: Rendering, view: ClusterView) -> str:
     return "\n".join(lines)
 
 
+def is_builtin(obj: dict[str, Any]) -> bool:
+    """Kinds the Kubernetes API server itself serves (kubernetes-validate has their schemas)."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    return "." not in group or group.endswith(".k8s.io")
+
+
 def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> list[str]:
-    """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs."""
+    """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs. Other
+    custom resources (Kueue's LocalQueue) have no schema here and are listed by `unchecked_kinds`."""
     import kubernetes_validate
 
     from infra.offline.crd import crd_validator
@@ -146,11 +158,23 @@ def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> l
             if validator is not None:
                 errors += [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
             continue
+        if not is_builtin(obj):
+            continue
         try:
             kubernetes_validate.validate(obj, f"{version}.0", strict=True)
         except kubernetes_validate.ValidationError as exc:
             errors.append(f"{where}: {exc.message} at {'.'.join(map(str, exc.path))}")
     return errors
+
+
+def unchecked_kinds(rendering: Rendering) -> list[str]:
+    return sorted(
+        {
+            o["kind"]
+            for o in rendering.objects
+            if not is_builtin(o) and not o["apiVersion"].startswith("kubeflow.org/")
+        }
+    )
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -216,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             checked.append(
                 "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
             )
+        checked += [f"{kind}: not checked (no schema here)" for kind in unchecked_kinds(rendering)]
         checked.append(
             f"{len(view.admission.pods)} effective pods admitted under Pod Security "
             f"'{view.namespace.level}', LimitRange and ResourceQuota"

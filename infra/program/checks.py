@@ -82,6 +82,8 @@ def _names(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 @check
 def _storage(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.stack_role == "platform":
+        return  # a platform stack creates no storage
     provider = s.storage_provider
     if provider == "nfs-csi" and not s.nfs_server:
         yield ConfigError(
@@ -220,7 +222,7 @@ def _namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
 def _operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
     """An operator this stack does not install adds an init container this stack cannot see to every
     PyTorchJob Worker pod; under 'restricted' the user must vouch for it, or no Worker pod is admitted."""
-    workers = s.job_kind == "pytorchjob" and s.job_nodes > 1
+    workers = s.stack_role != "platform" and s.job_kind == "pytorchjob" and s.job_nodes > 1
     if (
         workers
         and not s.operator_install
@@ -235,4 +237,52 @@ def _operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
             "without a securityContext, and the namespace refuses those pods): configure that operator's "
             "init container template to be restricted-compliant (as operatorInstall true does) and set this "
             "key, or set namespacePodSecurity to baseline",
+        )
+
+
+@check
+def _kueue(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.job_queue_name and not s.job_cluster_queue:
+        yield ConfigError(
+            "jobClusterQueue",
+            "",
+            f"the Kueue ClusterQueue that LocalQueue {s.job_queue_name} (jobQueueName) points at: the stack "
+            "creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended",
+        )
+
+
+@check
+def _exit_code_retries(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """Under ExitCode every retry is a new pod, whose restarts the operator's backoff never counts."""
+    if (
+        s.job_kind == "pytorchjob"
+        and s.job_restart_policy == "ExitCode"
+        and not s.job_active_deadline_seconds
+    ):
+        yield ConfigError(
+            "jobActiveDeadlineSeconds",
+            0,
+            "> 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods "
+            "and its backoffLimit never counts them, so only a deadline bounds the retries",
+        )
+
+
+@check
+def _stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.stack_role == "platform" and not s.operator_install:
+        yield ConfigError(
+            "operatorInstall",
+            False,
+            "true when stackRole is platform (the platform stack installs the operator)",
+        )
+    if s.stack_role == "job" and s.operator_install:
+        yield ConfigError(
+            "operatorInstall",
+            True,
+            "false when stackRole is job: the cluster's platform stack installs the operator and owns its "
+            "CRDs (stackRole all installs both in one stack)",
+        )
+    if s.reattach_retained and not s.checkpoint_volume_retain:
+        yield ConfigError(
+            "reattachRetained", True, "false unless checkpointVolumeRetain is true (nothing was retained)"
         )

@@ -1,7 +1,7 @@
 """Least privilege for the training job: its own ServiceAccount (no token, no RBAC) and a NetworkPolicy.
 
-The NetworkPolicy selects the job's pods by `JOB_LABEL` and lets them talk only to each other (on the
-rendezvous port and the ports the collectives pick), to cluster DNS and to the S3 endpoint.
+The NetworkPolicy selects the job's pods by `JOB_LABEL` and lets them talk only to each other (on any
+TCP port, or only the rendezvous and ephemeral ports), to cluster DNS and to the S3 endpoint.
 """
 
 from __future__ import annotations
@@ -65,7 +65,12 @@ def _namespace(name: str) -> net.NetworkPolicyPeerArgs:
 
 
 def peer_ports(settings: Settings) -> list[net.NetworkPolicyPortArgs]:
-    """Rendezvous (torchrun's TCPStore on the master port) and the collectives' ephemeral ports."""
+    """Every TCP port by default: `endPort` is applied as its first port alone by network plugins that
+    lack it (the Kubernetes docs say so; Azure Network Policy Manager is one), and training then hangs
+    until the collective timeout. The narrower rule: rendezvous (torchrun's TCPStore on the master port)
+    and the collectives' ephemeral ports."""
+    if settings.job_network_policy_peer_ports == "all":
+        return [net.NetworkPolicyPortArgs(protocol="TCP")]
     low, high = EPHEMERAL_PORTS
     return [
         net.NetworkPolicyPortArgs(protocol="TCP", port=settings.job_master_port),
@@ -73,12 +78,22 @@ def peer_ports(settings: Settings) -> list[net.NetworkPolicyPortArgs]:
     ]
 
 
+def dns_peers(settings: Settings) -> list[net.NetworkPolicyPeerArgs]:
+    """Where DNS is answered: kube-system's pods (kube-dns, CoreDNS), and node-local addresses that no
+    pod selector matches (NodeLocal DNSCache's 169.254.20.10, default on GKE Standard from 1.33.1; GKE
+    Cloud DNS at 169.254.169.254)."""
+    blocks = [
+        net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in settings.job_dns_egress_cidrs
+    ]
+    return [_namespace(DNS_NAMESPACE), *blocks]
+
+
 def network_policy_spec(settings: Settings, names: JobNames) -> net.NetworkPolicySpecArgs:
     """Ingress only from the same job's pods; egress only to them, to DNS and to the S3 endpoint."""
     peers = [net.NetworkPolicyPeerArgs(pod_selector=job_pods(names))]
     egress = [
         net.NetworkPolicyEgressRuleArgs(
-            to=[_namespace(DNS_NAMESPACE)],
+            to=dns_peers(settings),
             ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
         ),
         net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings)),

@@ -48,6 +48,30 @@ def job_metadata(
     )
 
 
+def replace_on_any_change(after: tuple[pulumi.Resource, ...]) -> pulumi.ResourceOptions:
+    """Any change of the job's spec replaces it, deleting the old one first (the name is fixed).
+
+    pulumi-kubernetes patches a custom resource in place unless its name or namespace changes, and the
+    training operator ignores spec changes of a running or finished job (PyTorchJob conditions carry no
+    observedGeneration, so the old Succeeded would satisfy waitFor at once); a Job's template is
+    immutable. A new spec is a new run: `pulumi preview` shows a replace, not an update.
+    """
+    return pulumi.ResourceOptions(
+        depends_on=list(after), replace_on_changes=["spec"], delete_before_replace=True
+    )
+
+
+def pytorchjob_backoff_limit(settings: Settings) -> int:
+    """runPolicy.backoffLimit meaning "jobBackoffLimit incidents survived".
+
+    With OnFailure the operator (v1.9.4 `pkg/core/job.go` PastBackoffLimit) fails the job once the sum
+    of container restarts over all running pods reaches backoffLimit; one lost rank breaks the
+    collective and restarts every pod's container, so each incident counts jobNodes restarts. The job
+    survives jobBackoffLimit incidents and fails at the next.
+    """
+    return settings.job_backoff_limit * settings.job_nodes + 1
+
+
 def _template(
     settings: Settings,
     inputs: JobInputs,
@@ -89,7 +113,7 @@ class PyTorchJob(pulumi.ComponentResource):
             replicas["Worker"] = {"replicas": settings.job_nodes - 1, **replica}
         run_policy: dict[str, object] = {
             "cleanPodPolicy": settings.job_clean_pod_policy,
-            "backoffLimit": settings.job_backoff_limit,
+            "backoffLimit": pytorchjob_backoff_limit(settings),
         }
         if settings.job_active_deadline_seconds:
             run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
@@ -105,11 +129,41 @@ class PyTorchJob(pulumi.ComponentResource):
                 "runPolicy": run_policy,
                 "pytorchReplicaSpecs": replicas,
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after)),
+            opts=pulumi.ResourceOptions.merge(
+                pulumi.ResourceOptions(parent=self), replace_on_any_change(inputs.after)
+            ),
         )
         # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
         self.job_name = job.id.apply(lambda _: inputs.names.job)
         self.register_outputs({"job_name": self.job_name})
+
+
+class JobQueue(pulumi.ComponentResource):
+    """The Kueue LocalQueue the job is submitted to, in the job's namespace, pointing at a ClusterQueue.
+
+    Kueue suspends a Job labelled with a queue name and keeps it inadmissible until a LocalQueue of
+    that name exists in its namespace; the stack creates the namespace, so it creates the queue too.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:training:JobQueue", name, {}, opts)
+        k8s.apiextensions.CustomResource(
+            f"{name}-local-queue",
+            api_version="kueue.x-k8s.io/v1beta1",
+            kind="LocalQueue",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=settings.job_queue_name, namespace=namespace, labels=labels(settings, "queue")
+            ),
+            spec={"clusterQueue": settings.job_cluster_queue},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})
 
 
 class IndexedJob(pulumi.ComponentResource):
@@ -161,6 +215,9 @@ class IndexedJob(pulumi.ComponentResource):
                 completions=nodes,
                 parallelism=nodes,
                 backoff_limit_per_index=settings.job_backoff_limit,
+                # One index failed for good means a rank is gone: fail the Job at once rather than
+                # let the others wait on a dead master until their timeouts.
+                max_failed_indexes=0,
                 active_deadline_seconds=settings.job_active_deadline_seconds or None,
                 ttl_seconds_after_finished=(
                     settings.job_ttl_seconds_after_finished
@@ -189,9 +246,7 @@ class IndexedJob(pulumi.ComponentResource):
                 ),
                 template=template,
             ),
-            opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[service, *inputs.after])
-            ),
+            opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),
         )
         self.job_name = job.metadata.name
         self.register_outputs({"job_name": self.job_name})

@@ -54,6 +54,13 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     # --- cluster -----------------------------------------------------------------------------
+    stack_role: Literal["all", "platform", "job"] = key(
+        "stackRole",
+        "all",
+        "What this stack owns: 'platform' the cluster-level parts (the training operator and its CRDs, "
+        "one platform stack per cluster), 'job' one environment (namespace, storage, credentials, job; "
+        "the operator comes from the platform stack), 'all' both (a cluster with a single environment).",
+    )
     namespace: str = key("namespace", "ddp-mnist", "Namespace of every namespaced object.")
     create_namespace: bool = key(
         "createNamespace",
@@ -160,7 +167,14 @@ class Settings(BaseModel):
     checkpoint_volume_retain: bool = key(
         "checkpointVolumeRetain",
         True,
-        "Keep the checkpoint PVC in the cluster when the stack is destroyed (retainOnDelete).",
+        "Keep the checkpoint PVC, and the namespace it lives in when the stack creates it, in the "
+        "cluster when the stack is destroyed (retainOnDelete).",
+    )
+    reattach_retained: bool = key(
+        "reattachRetained",
+        False,
+        "Adopt the namespace and checkpoint PVC an earlier destroy of this stack left behind "
+        "(checkpointVolumeRetain) instead of creating them (Pulumi import).",
     )
 
     # --- S3 / MinIO --------------------------------------------------------------------------
@@ -316,7 +330,17 @@ class Settings(BaseModel):
     job_wait_timeout_seconds: int = key(
         "jobWaitTimeoutSeconds", 3600, "How long `pulumi up` waits for the job (jobWait).", ge=60
     )
-    job_queue_name: str = key("jobQueueName", "", "Kueue LocalQueue name; empty submits directly.")
+    job_queue_name: str = key(
+        "jobQueueName",
+        "",
+        "Kueue LocalQueue the job is submitted to (the stack creates it in its namespace); empty submits "
+        "directly.",
+    )
+    job_cluster_queue: str = key(
+        "jobClusterQueue",
+        "",
+        "Kueue ClusterQueue the stack's LocalQueue (jobQueueName) points at; it must exist in the cluster.",
+    )
     job_master_port: int = key(
         "jobMasterPort", 23456, "Rendezvous port of the master (node rank 0).", ge=1024, le=65535
     )
@@ -334,6 +358,19 @@ class Settings(BaseModel):
         ge=30,
         le=86400,
     )
+    job_network_policy_peer_ports: Literal["all", "rendezvous-and-ephemeral"] = key(
+        "jobNetworkPolicyPeerPorts",
+        "all",
+        "Ports the job's pods may use with each other: every TCP port (the policy's selector already "
+        "confines it to the job), or only the rendezvous port and 32768-60999 (an endPort rule, which "
+        "some network plugins do not support).",
+    )
+    job_dns_egress_cidrs: list[str] = key(
+        "jobDnsEgressCidrs",
+        ["169.254.20.10/32", "169.254.169.254/32"],
+        "Addresses (CIDRs) besides kube-system pods the job may send DNS to: node-local caches such as "
+        "NodeLocal DNSCache (169.254.20.10) and GKE Cloud DNS (169.254.169.254).",
+    )
     job_network_policy: bool = key(
         "jobNetworkPolicy",
         True,
@@ -350,7 +387,21 @@ class Settings(BaseModel):
     def _dns_label(cls, value: str) -> str:
         return _dns(value, DNS_LABEL, "DNS-1123 label")
 
-    @field_validator("job_queue_name", "job_priority_class_name", "minio_existing_secret")
+    @field_validator("job_dns_egress_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        import ipaddress
+
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr)
+            except ValueError:
+                raise ValueError(f"a list of CIDRs such as 169.254.20.10/32 ({cidr!r} is not one)") from None
+        return value
+
+    @field_validator(
+        "job_queue_name", "job_cluster_queue", "job_priority_class_name", "minio_existing_secret"
+    )
     @classmethod
     def _optional_dns_label(cls, value: str) -> str:
         return value and _dns(value, DNS_LABEL, "DNS-1123 label (or empty)")

@@ -10,7 +10,7 @@ from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
-from infra.program.jobs import IndexedJob, JobInputs, PyTorchJob
+from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob
 from infra.program.meta import JOB_LABEL, job_names, labels
 from infra.program.settings import Settings
 from infra.program.training_operator import TrainingOperator
@@ -26,14 +26,32 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=settings.namespace, labels={**labels(settings, "namespace"), **enforce}
         ),
+        # The retained checkpoint claim lives in this namespace, and deleting a namespace deletes
+        # everything in it: a destroy that keeps the claim keeps its namespace too.
+        opts=pulumi.ResourceOptions(
+            retain_on_delete=settings.checkpoint_volume_retain,
+            import_=settings.namespace if settings.reattach_retained else None,
+        ),
     )
     return namespace.metadata.name
+
+
+def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
+    """A platform stack: the cluster-level parts only (the training operator and its CRDs)."""
+    operator = TrainingOperator("training-operator", settings)
+    return {
+        "stackRole": settings.stack_role,
+        "operatorSource": operator.source,
+        "operatorInitContainerImage": settings.operator_init_container_image,
+    }
 
 
 def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
     """Registers every resource of the stack; returns the stack outputs (no secret among them)."""
     from infra.program.storage import TrainingStorage
 
+    if settings.stack_role == "platform":
+        return build_platform(settings)
     namespace = _namespace(settings)
     if has_budget(settings):
         NamespaceBudget("budget", settings, namespace)
@@ -47,6 +65,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     after: tuple[pulumi.Resource, ...] = ()
     if settings.operator_install:
         after += (TrainingOperator("training-operator", settings),)
+    if settings.job_queue_name:
+        after += (JobQueue("queue", settings, namespace),)
     if settings.job_network_policy:
         # In place before the first pod starts, so no pod of the job ever runs unrestricted.
         after += (JobNetworkPolicy("network", settings, names, namespace),)
@@ -66,6 +86,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         kind = "job"
     ns = settings.namespace
     return {
+        "stackRole": settings.stack_role,
         "namespace": namespace,
         "jobKind": settings.job_kind,
         "jobName": job.job_name,

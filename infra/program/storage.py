@@ -100,7 +100,13 @@ class TrainingStorage(pulumi.ComponentResource):
             namespace,
             class_name,
             pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(retain_on_delete=settings.checkpoint_volume_retain)
+                child,
+                pulumi.ResourceOptions(
+                    retain_on_delete=settings.checkpoint_volume_retain,
+                    import_=f"{settings.namespace}/{PROJECT}-checkpoints"
+                    if settings.reattach_retained
+                    else None,
+                ),
             ),
         )
         self.data_claim = data.metadata.name

@@ -29,6 +29,7 @@ OPERATOR_DEPLOYMENT = "training-operator"  # name of the Deployment and of its c
 TEMPLATE_ANNOTATION = f"{PROJECT}.io/pytorch-init-container-template"
 TEMPLATE_DIR = "/etc/config"
 TEMPLATE_FILE = "initContainer.yaml"
+CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 MAX_TRIES = 100  # upstream's --pytorch-init-container-max-tries default, kept
 
 # Upstream's template (same command, resources and pull policy), plus a securityContext that meets
@@ -105,10 +106,17 @@ def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str,
 def operator_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
-    """A transform for the overlay's children that rewrites the operator Deployment, nothing else."""
+    """A transform for the overlay's children: rewrites the operator Deployment, and keeps the CRDs when
+    the stack is destroyed (deleting a CRD deletes every object of its kind in the cluster, every
+    team's PyTorchJobs included). Everything else passes unchanged."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         props: dict[str, Any] = dict(args.props)
+        if args.type_ == CRD_TYPE:
+            return pulumi.ResourceTransformResult(
+                props=props,
+                opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True)),
+            )
         if args.type_ != "kubernetes:apps/v1:Deployment":
             return None
         if (props.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:

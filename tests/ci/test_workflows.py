@@ -120,21 +120,37 @@ def test_stack_operations_run_in_protected_environments_one_at_a_time():
     assert pulumi["with"]["policyPacks"] == "policy" and pulumi["with"]["diff"] is True
 
 
+PLATFORM = {"gke-platform": "gcp", "aks-platform": "azure"}
+JOBS = {"gke-gpu": "gcp", "eks-gpu": "aws", "aks-gpu": "azure"}
+
+
+def _matrix(caller) -> dict[str, str]:
+    return {m["stack"]: m["cloud"] for m in caller["strategy"]["matrix"]["include"]}
+
+
 @pytest.mark.parametrize(
-    ("workflow", "job", "command", "environment"),
+    ("workflow", "jobs", "command", "environment"),
     [
-        ("pull-request.yml", "preview", "preview", "${{ matrix.stack }}-preview"),
-        ("deploy.yml", "up", "up", "${{ matrix.stack }}"),
+        ("pull-request.yml", ["preview"], "preview", "${{ matrix.stack }}-preview"),
+        ("deploy.yml", ["platform", "up"], "up", "${{ matrix.stack }}"),
     ],
 )
-def test_every_cloud_stack_is_previewed_and_deployed(workflow, job, command, environment):
-    caller = _load(WORKFLOWS / workflow)["jobs"][job]
-    assert caller["uses"] == "./.github/workflows/pulumi-stack.yml"
-    assert caller["with"]["command"] == command and caller["with"]["environment"] == environment
-    stacks = {m["stack"]: m["cloud"] for m in caller["strategy"]["matrix"]["include"]}
+def test_every_cloud_stack_is_previewed_and_deployed(workflow, jobs, command, environment):
+    stacks: dict[str, str] = {}
+    for job in jobs:
+        caller = _load(WORKFLOWS / workflow)["jobs"][job]
+        assert caller["uses"] == "./.github/workflows/pulumi-stack.yml"
+        assert caller["with"]["command"] == command and caller["with"]["environment"] == environment
+        stacks |= _matrix(caller)
     # dev is a local cluster (kind, minikube): rendered offline, never deployed from CI.
-    assert stacks == {"gke-gpu": "gcp", "eks-gpu": "aws", "aks-gpu": "azure"}
+    assert stacks == {**PLATFORM, **JOBS}
     assert set(stacks) | {"dev"} == set(stack_names())
+
+
+def test_platform_stacks_deploy_before_the_job_stacks_of_their_clusters():
+    jobs = _load(WORKFLOWS / "deploy.yml")["jobs"]
+    assert _matrix(jobs["platform"]) == PLATFORM and _matrix(jobs["up"]) == JOBS
+    assert "platform" in jobs["up"]["needs"]
 
 
 def test_pull_requests_render_every_stack_and_diff_against_the_base():

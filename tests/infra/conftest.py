@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from infra.offline.manifest import Rendering, render
-from infra.offline.stackconfig import StackConfig, from_mapping
+from infra.offline.stackconfig import StackConfig, from_mapping, load_stack, stack_names
 from infra.program.settings import PROJECT
+
+# Stacks that run a training job (a platform stack only installs the cluster-level operator).
+JOB_STACKS = [s for s in stack_names() if load_stack(s).values.get(f"{PROJECT}:stackRole") != "platform"]
+PLATFORM_STACKS = sorted(set(stack_names()) - set(JOB_STACKS))
 
 # The smallest valid config: the default storage preset (nfs-csi) needs a server.
 BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal"}

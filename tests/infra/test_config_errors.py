@@ -191,6 +191,39 @@ BAD_CONFIGS = [
         {"jobNetworkPolicy": "sometimes"},
         "config ddp-mnist:jobNetworkPolicy=sometimes is invalid: must be true or false",
     ),
+    # --- day two: roles, retention, Kueue, retries, network ---
+    (
+        {"stackRole": "platform", "operatorInstall": False},
+        "config ddp-mnist:operatorInstall=false is invalid: must be true when stackRole is platform (the platform stack installs the operator)",
+    ),
+    (
+        {"stackRole": "job"},
+        "config ddp-mnist:operatorInstall=true is invalid: must be false when stackRole is job: the cluster's platform stack installs the operator and owns its CRDs (stackRole all installs both in one stack)",
+    ),
+    (
+        {"stackRole": "cluster"},
+        "config ddp-mnist:stackRole=cluster is invalid: must be one of 'all', 'platform' or 'job'",
+    ),
+    (
+        {"reattachRetained": True, "checkpointVolumeRetain": False},
+        "config ddp-mnist:reattachRetained=true is invalid: must be false unless checkpointVolumeRetain is true (nothing was retained)",
+    ),
+    (
+        {"jobQueueName": "team-a"},
+        'config ddp-mnist:jobClusterQueue="" is invalid: must be the Kueue ClusterQueue that LocalQueue team-a (jobQueueName) points at: the stack creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended',
+    ),
+    (
+        {"jobRestartPolicy": "ExitCode"},
+        "config ddp-mnist:jobActiveDeadlineSeconds=0 is invalid: must be > 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods and its backoffLimit never counts them, so only a deadline bounds the retries",
+    ),
+    (
+        {"jobDnsEgressCidrs": ["169.254.20.10/33"]},
+        """config ddp-mnist:jobDnsEgressCidrs=["169.254.20.10/33"] is invalid: must be a list of CIDRs such as 169.254.20.10/32 ('169.254.20.10/33' is not one)""",
+    ),
+    (
+        {"jobNetworkPolicyPeerPorts": "some"},
+        "config ddp-mnist:jobNetworkPolicyPeerPorts=some is invalid: must be one of 'all' or 'rendezvous-and-ephemeral'",
+    ),
     # --- Pod Security and the operator's init container ---
     (
         {"namespacePodSecurity": "strict"},

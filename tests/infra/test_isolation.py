@@ -6,14 +6,18 @@ import kubernetes_validate
 import pytest
 
 from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack, stack_names
+from infra.offline.stackconfig import load_stack
 from infra.program.isolation import EPHEMERAL_PORTS
 from infra.program.meta import JOB_LABEL
-from tests.infra.conftest import by_kind, one, pod_templates, render_config
+from tests.infra.conftest import JOB_STACKS, by_kind, one, pod_templates, render_config
 
-STACKS = stack_names()
+STACKS = JOB_STACKS
 DNS_RULE = {
-    "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}],
+    "to": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+        {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache
+        {"ipBlock": {"cidr": "169.254.169.254/32"}},  # GKE Cloud DNS
+    ],
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
 RBAC_KINDS = {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
@@ -49,12 +53,38 @@ def test_network_policy_of_one_run_does_not_select_another_runs_pods():
 
 
 @pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
-def test_only_the_jobs_own_pods_reach_it_on_rendezvous_and_collective_ports(kind):
+def test_only_the_jobs_own_pods_reach_it_on_any_tcp_port_without_end_port(kind):
+    """No `endPort` by default: plugins without it apply only its first port, and training hangs."""
     spec = one(render_config({"jobKind": kind, "jobMasterPort": 29500}), "NetworkPolicy")["spec"]
     same_job = [{"podSelector": {"matchLabels": {JOB_LABEL: "mnist-r1"}}}]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["ingress"] == [{"from": same_job, "ports": [{"protocol": "TCP"}]}]
+    assert spec["egress"] == [DNS_RULE, {"to": same_job, "ports": [{"protocol": "TCP"}]}]
+    assert "endPort" not in repr(spec)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
+def test_the_narrower_peer_rule_is_rendezvous_and_collective_ports(kind):
+    values = {
+        "jobKind": kind,
+        "jobMasterPort": 29500,
+        "jobNetworkPolicyPeerPorts": "rendezvous-and-ephemeral",
+    }
+    spec = one(render_config(values), "NetworkPolicy")["spec"]
+    same_job = [{"podSelector": {"matchLabels": {JOB_LABEL: "mnist-r1"}}}]
     assert spec["ingress"] == [{"from": same_job, "ports": _peer_ports(29500)}]
-    assert spec["egress"] == [DNS_RULE, {"to": same_job, "ports": _peer_ports(29500)}]
+    assert spec["egress"][1] == {"to": same_job, "ports": _peer_ports(29500)}
+
+
+def test_dns_egress_addresses_are_configurable():
+    spec = one(render_config({"jobDnsEgressCidrs": ["10.96.0.10/32"]}), "NetworkPolicy")["spec"]
+    assert spec["egress"][0]["to"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+        {"ipBlock": {"cidr": "10.96.0.10/32"}},
+    ]
+    assert one(render_config({"jobDnsEgressCidrs": []}), "NetworkPolicy")["spec"]["egress"][0]["to"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -45,8 +45,8 @@ def test_render_writes_manifest_and_summary(tmp_path):
     assert result.stdout.count("admitted (restricted)") == 2
     # No PyTorchJob in this stack, so no word about its CRD schema.
     assert (
-        "validated: built-in objects against Kubernetes 1.33 (strict); 2 effective pods admitted under "
-        "Pod Security 'restricted', LimitRange and ResourceQuota"
+        "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: not checked (no schema "
+        "here); 2 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
     ) in result.stdout
     effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
     assert [d["metadata"]["generateName"] for d in effective] == ["mnist-r1-0-", "mnist-r1-1-"]
@@ -61,6 +61,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "ServiceAccount",
         "NetworkPolicy",
         "Service",
+        "LocalQueue",
         "Job",
     ]
 
@@ -102,7 +103,7 @@ def test_unknown_stack_exits_2(tmp_path):
     result = _render("--stack", "prod", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.startswith("render: no stack 'prod'")
-    assert "(stacks: aks-gpu, dev, eks-gpu, gke-gpu)" in result.stderr
+    assert "(stacks: aks-gpu, aks-platform, dev, eks-gpu, gke-gpu, gke-platform)" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -335,6 +335,7 @@ def test_wait_annotations_and_run_policy():
                 "jobTtlSecondsAfterFinished": 60,
                 "jobActiveDeadlineSeconds": 3600,
                 "jobQueueName": "team-a",
+                "jobClusterQueue": "gpu",
             }
         ),
         "PyTorchJob",
@@ -346,7 +347,7 @@ def test_wait_annotations_and_run_policy():
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert job["spec"]["runPolicy"] == {
         "cleanPodPolicy": "None",
-        "backoffLimit": 3,
+        "backoffLimit": 7,  # 3 incidents survived x 2 nodes restarting each, + 1
         "activeDeadlineSeconds": 3600,
         "ttlSecondsAfterFinished": 60,
     }

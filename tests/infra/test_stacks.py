@@ -11,8 +11,10 @@ import pytest
 from infra.offline.cluster import cluster_view, effective_yaml
 from infra.offline.crd import crd_validator
 from infra.offline.manifest import render, to_yaml
+from infra.offline.render import is_builtin
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
 from infra.program.config import settings_from_raw
+from tests.infra.conftest import JOB_STACKS
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
@@ -53,18 +55,19 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
     view = cluster_view(rendering.objects, rendering.settings)
     assert view.namespace.level == "restricted"
     assert view.admission.refusals == []
-    assert len(view.admission.pods) == rendering.settings.job_nodes
+    platform = rendering.settings.stack_role == "platform"
+    assert len(view.admission.pods) == (0 if platform else rendering.settings.job_nodes)
     for pod in view.admission.pods:
         kubernetes_validate.validate(pod.manifest, f"{rendering.settings.kubernetes_version}.0", strict=True)
     for service in view.effective.services:
         kubernetes_validate.validate(service, f"{rendering.settings.kubernetes_version}.0", strict=True)
 
 
-@pytest.mark.parametrize("name", STACKS)
+@pytest.mark.parametrize("name", JOB_STACKS)
 def test_builtin_objects_pass_strict_upstream_schema(name):
     stack = load_stack(name)
     version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
-    builtins = [o for o in render(stack).objects if not o["apiVersion"].startswith("kubeflow.org/")]
+    builtins = [o for o in render(stack).objects if is_builtin(o)]
     assert builtins
     for obj in builtins:
         kubernetes_validate.validate(obj, f"{version}.0", strict=True)

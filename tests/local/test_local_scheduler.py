@@ -252,3 +252,40 @@ def test_a_pod_the_api_server_would_refuse_is_refused_locally_with_its_message(t
         'pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": '
         'unrestricted capabilities (container "init-pytorch" must set securityContext.capabilities.drop=["ALL"])',
     ]
+
+
+def test_a_gpu_stack_on_a_cpu_machine_is_one_line_and_exit_2(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.offline.local", "--stack", "eks-gpu", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "local: stack eks-gpu needs 8 GPUs (2 nodes x 4, backend nccl) and this machine has 0: add --cpu "
+        "for a wiring check on CPU with gloo (same nodes and processes, no GPUs)\n"
+    )
+    assert result.stdout == "" and list(tmp_path.iterdir()) == []  # nothing seeded, no pod started
+
+
+@pytest.mark.slow
+def test_cpu_flag_runs_a_gpu_job_on_cpu_with_gloo_same_nodes_and_processes(tmp_path):
+    from infra.offline.local.scheduler import on_cpu
+
+    values = {**TWO_NODES, "jobGpusPerNode": 2, "jobProcsPerNode": 2, "jobBatchSize": 256}
+    rendering = render_config(values)
+    job = _plan(rendering, tmp_path)
+    out = io.StringIO()
+    on_cpu(job, rendering.settings, out)
+    assert out.getvalue().startswith(
+        "[local] --cpu: a wiring check on CPU with gloo, not a GPU run: 2 nodes x 2 processes, no GPUs"
+    )
+    for pod in job.pods:
+        assert "--backend=gloo" in pod.argv and "--nproc-per-node=2" in pod.argv
+        assert pod.env["CUDA_VISIBLE_DEVICES"] == ""
+        pod.argv.append("--train-limit=12800")  # a wiring check: shorter epochs
+    ok, reason, output = _run(job)
+    assert ok, f"{reason}\n{output[-3000:]}"
+    assert json.loads((job.output_dir / "metrics.json").read_text())["world_size"] == 4

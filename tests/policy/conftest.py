@@ -9,13 +9,14 @@ import sys
 from typing import Any
 
 from infra.offline.manifest import render
-from infra.offline.stackconfig import ROOT, load_stack, stack_names
+from infra.offline.stackconfig import ROOT, load_stack
+from tests.infra.conftest import JOB_STACKS
 
 POLICY_DIR = ROOT / "policy"
 if str(POLICY_DIR) not in sys.path:
     sys.path.insert(0, str(POLICY_DIR))
 
-STACKS = stack_names()
+STACKS = JOB_STACKS  # the stacks that render a training job
 
 
 @functools.cache

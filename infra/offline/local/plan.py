@@ -36,6 +36,22 @@ class RestartRule:
     backoff_limit: int  # PyTorchJob: restarts for the whole job; Indexed Job: per index
     fail_job_codes: tuple[int, ...] = ()  # podFailurePolicy FailJob exit codes
 
+    def exhausted(self, pod_restarts: int, job_restarts: int) -> bool:
+        """Whether the failed pod's restart would fail the job, counted as its controller counts.
+
+        PyTorchJob OnFailure (operator v1.9.4 `pkg/core/job.go` PastBackoffLimit): the job fails once
+        the sum of container restarts over its pods reaches backoffLimit, so the restart that brings
+        the sum there is the last. ExitCode: each retry is a new pod whose restart count starts at 0,
+        so retries are never counted (only backoffLimit 0 fails at the first failure; a deadline
+        bounds the rest). Indexed Job: an index fails after backoffLimitPerIndex retries, and with
+        maxFailedIndexes 0 so does the job.
+        """
+        if self.kind == "indexed-job":
+            return pod_restarts >= self.backoff_limit
+        if self.policy == "ExitCode":
+            return self.backoff_limit == 0
+        return job_restarts + 1 >= self.backoff_limit
+
     def fails_job_at_once(self, code: int) -> bool:
         if code in self.fail_job_codes:
             return True

@@ -37,6 +37,7 @@ from infra.offline.cluster import cluster_view
 from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, training_job
 from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
+from infra.program.settings import Settings
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -274,18 +275,24 @@ class Supervisor:
                             self._failure(pod, code, "no retry for this exit code"),
                             time.monotonic() - started,
                         )
-                    used = restarts[pod.name] if job.kind == "indexed-job" else sum(restarts.values())
-                    if used >= rule.backoff_limit:
+                    if rule.exhausted(restarts[pod.name], sum(restarts.values())):
                         return JobResult(
                             False,
                             self._failure(pod, code, "backoff limit reached"),
                             time.monotonic() - started,
                         )
+                    if job.kind == "indexed-job":
+                        count = f"{restarts[pod.name] + 1}/{rule.backoff_limit}"
+                    elif rule.policy == "ExitCode":
+                        count = "a new pod: the operator does not count it"
+                    else:
+                        count = (
+                            f"{sum(restarts.values()) + 1}/{rule.backoff_limit} container restarts of the job"
+                        )
                     restarts[pod.name] += 1
                     delay = self.restart_delay * 2 ** (restarts[pod.name] - 1)
                     self.say(
-                        f"[local] pod {pod.name} exited with {code}; restarting in {delay:.0f}s "
-                        f"({used + 1}/{rule.backoff_limit})"
+                        f"[local] pod {pod.name} exited with {code}; restarting in {delay:.0f}s ({count})"
                     )
                     waiting[pod.name] = now + delay
                 time.sleep(0.2)
@@ -355,11 +362,60 @@ def plan_stack(rendering: Rendering, root: Path, overrides: dict[str, str]) -> J
     )
 
 
+def visible_gpus() -> int:
+    """CUDA devices this project's torch sees (asked in a subprocess: the scheduler never imports torch)."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return int(probe.stdout.strip()) if probe.returncode == 0 and probe.stdout.strip().isdigit() else 0
+
+
+def check_gpus(stack: str, settings: Settings) -> None:
+    """A GPU stack runs here only with the GPUs it asks for (else --cpu): one line, before any work."""
+    need = settings.job_nodes * settings.job_gpus_per_node
+    if need == 0 and settings.backend != "nccl":
+        return
+    have = visible_gpus()
+    if have < max(need, 1):
+        raise PlanError(
+            f"stack {stack} needs {need} GPUs ({settings.job_nodes} nodes x {settings.job_gpus_per_node}, "
+            f"backend {settings.backend}) and this machine has {have}: add --cpu for a wiring check on CPU "
+            "with gloo (same nodes and processes, no GPUs)"
+        )
+
+
+def on_cpu(job: JobPlan, settings: Settings, out: TextIO) -> None:
+    """--cpu: the same pods and processes, on CPU with gloo and no GPU visible; says so."""
+    for pod in job.pods:
+        pod.argv = ["--backend=gloo" if a.startswith("--backend=") else a for a in pod.argv]
+        pod.env["CUDA_VISIBLE_DEVICES"] = ""
+    print(
+        f"[local] --cpu: a wiring check on CPU with gloo, not a GPU run: {settings.job_nodes} nodes x "
+        f"{settings.job_procs_per_node} processes, no GPUs (the stack asks for "
+        f"{settings.job_gpus_per_node} per node, backend {settings.backend})",
+        file=out,
+        flush=True,
+    )
+
+
 def run_stack(
-    stack_name: str, workdir: Path, timeout: float, overrides: dict[str, str], out: TextIO = sys.stdout
+    stack_name: str,
+    workdir: Path,
+    timeout: float,
+    overrides: dict[str, str],
+    out: TextIO = sys.stdout,
+    cpu: bool = False,
 ) -> tuple[JobPlan, JobResult]:
     rendering = render(load_stack(stack_name))
-    return run_plan(plan_stack(rendering, workdir / stack_name, overrides), timeout, out)
+    if not cpu:
+        check_gpus(stack_name, rendering.settings)
+    job = plan_stack(rendering, workdir / stack_name, overrides)
+    if cpu:
+        on_cpu(job, rendering.settings, out)
+    return run_plan(job, timeout, out)
 
 
 def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
@@ -389,7 +445,14 @@ def main(argv: list[str] | None = None) -> int:
         default=ROOT / ".local",
         help="where volumes live: <workdir>/<stack>/pvc/<claim>/ (default: .local)",
     )
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds before the job is failed")
+    parser.add_argument(
+        "--timeout", type=float, default=1800, help="seconds before the job is failed (default: 1800)"
+    )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="run a GPU stack's job on CPU with gloo and no GPUs, same nodes and processes (a wiring check)",
+    )
     parser.add_argument(
         "--env",
         action="append",
@@ -403,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--env {bad[0]!r}: expected KEY=VALUE")
     overrides = dict(e.split("=", 1) for e in args.env)
     try:
-        _, result = run_stack(args.stack, args.workdir, args.timeout, overrides)
+        _, result = run_stack(args.stack, args.workdir, args.timeout, overrides, cpu=args.cpu)
     except (ConfigError, StackNotFound, PlanError) as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -1,0 +1,72 @@
+"""The local scheduler counts restarts exactly as each job kind's controller does: a job fails after
+exactly the right number of incidents and survives one fewer. An incident is every pod of the job
+failing once (a lost rank breaks the collective for all); the pods here are small scripts that fail
+a given number of times and then succeed, so only the counting is under test."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra.offline.local.plan import JobPlan
+from infra.offline.local.scheduler import Supervisor, plan_stack
+from tests.infra.conftest import render_config
+
+SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
+
+
+def _failing_pods(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> None:
+    """Each pod fails `incidents` times with `code`, then exits 0."""
+    for pod in job.pods:
+        counter = tmp_path / f"{pod.name}.runs"
+        script = (
+            "import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
+            "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
+            f"sys.exit({code} if n < {incidents} else 0)"
+        )
+        pod.argv = [sys.executable, "-c", script, str(counter)]
+        pod.init = []
+
+
+def _run(values: dict, tmp_path: Path, incidents: int, code: int = 1):
+    job = plan_stack(render_config({**SMALL, **values}), tmp_path / "root", {})
+    _failing_pods(job, tmp_path, incidents, code)
+    out = io.StringIO()
+    result = Supervisor(job, out, restart_delay=0.05).run(120)
+    return result, out.getvalue()
+
+
+@pytest.mark.parametrize(("nodes", "survived"), [(2, 1), (3, 2)])
+def test_pytorchjob_on_failure_survives_its_incidents_and_fails_at_the_next(tmp_path, nodes, survived):
+    values = {"jobNodes": nodes, "jobBackoffLimit": survived, "jobBatchSize": 252}
+    ok, output = _run(values, tmp_path / "a", incidents=survived)
+    assert ok.succeeded, output
+    failed, output = _run(values, tmp_path / "b", incidents=survived + 1)
+    assert not failed.succeeded
+    assert "(backoff limit reached)" in failed.reason
+    limit = survived * nodes + 1
+    assert f"({survived * nodes}/{limit} container restarts of the job)" in output
+    assert f"({limit}/{limit} " not in output
+
+
+def test_indexed_job_counts_retries_per_index(tmp_path):
+    values = {"jobKind": "indexed-job", "jobNodes": 2, "jobBackoffLimit": 2}
+    ok, output = _run(values, tmp_path / "a", incidents=2)
+    assert ok.succeeded, output
+    assert output.count("(2/2)") == 2  # each index retried twice
+    failed, output = _run(values, tmp_path / "b", incidents=3)
+    assert not failed.succeeded and "(backoff limit reached)" in failed.reason
+
+
+def test_exit_code_policy_retries_signals_uncounted_and_fails_bad_input_at_once(tmp_path):
+    values = {"jobRestartPolicy": "ExitCode", "jobBackoffLimit": 1, "jobActiveDeadlineSeconds": 600}
+    ok, output = _run(values, tmp_path / "a", incidents=3, code=137)
+    assert ok.succeeded, output
+    assert "(a new pod: the operator does not count it)" in output
+    failed, output = _run(values, tmp_path / "b", incidents=1, code=3)
+    assert not failed.succeeded
+    assert "exited with 3 (no retry for this exit code)" in failed.reason
+    assert "restarting" not in output
