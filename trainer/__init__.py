@@ -12,9 +12,11 @@ from trainer.errors import (
     EXIT_INTERNAL,
     EXIT_MASTER_UNREACHABLE,
     EXIT_OK,
+    EXIT_PEER_LOST,
     EXIT_S3_CREDENTIALS,
     EXIT_S3_UNREACHABLE,
     EXIT_USAGE,
+    RETRYABLE_EXIT_CODES,
 )
 
 __version__ = "0.1.0"
@@ -23,7 +25,9 @@ __all__ = [
     "EXIT_INTERNAL",
     "EXIT_MASTER_UNREACHABLE",
     "EXIT_OK",
+    "EXIT_PEER_LOST",
     "EXIT_S3_CREDENTIALS",
     "EXIT_S3_UNREACHABLE",
     "EXIT_USAGE",
+    "RETRYABLE_EXIT_CODES",
 ]

@@ -184,7 +184,8 @@ def build_parser() -> OneLineArgumentParser:
         "--dist-timeout",
         type=_int_at_least(1),
         default=600,
-        help="seconds a collective may wait for the other ranks before failing",
+        help="seconds a collective may wait for the other ranks; then the rank exits 200 "
+        "(peer lost: one line, retryable)",
     )
     add(
         "--train-limit",

@@ -12,9 +12,15 @@ code  meaning
 4     S3 credentials missing or rejected
 5     S3 endpoint unreachable
 6     master not reachable within ``--master-wait-timeout`` (launcher only)
+200   peer lost: a collective broke because another rank died, hung or lost
+      its network (see :mod:`trainer.peers`); a restart resumes from the
+      newest checkpoint
 ====  =====================================================================
 
 2, 3 and 4 are the "bad input" class: retrying the same pod cannot help.
+:data:`RETRYABLE_EXIT_CODES` are the opposite: a restart is the fix. They are >= 128 because the
+training operator (v1.9.4, ``restartPolicy: ExitCode``) retries exactly those codes
+(``IsRetryableExitCode: exitCode >= 128``) and fails the job at once on 1-127.
 """
 
 from __future__ import annotations
@@ -29,8 +35,14 @@ EXIT_DATA = 3
 EXIT_S3_CREDENTIALS = 4
 EXIT_S3_UNREACHABLE = 5
 EXIT_MASTER_UNREACHABLE = 6
+# >= 128 so that the training operator retries it, and outside what a signal gives: a shell and
+# torchrun's launcher report death by signal N as 128 + N, and Linux signals stop at 64 (SIGRTMAX),
+# so 129-192 could be read as "killed by a signal". 200 can only come from the trainer itself.
+EXIT_PEER_LOST = 200
 
 BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+# The trainer's own codes for a failure that a restart fixes (a signal's 128 + N is retried too).
+RETRYABLE_EXIT_CODES = (EXIT_PEER_LOST,)
 
 # Short meanings, as ``python -m trainer --help`` lists them; a test keeps this in step with EXIT_*.
 EXIT_CODE_MEANINGS: dict[int, str] = {
@@ -41,6 +53,7 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
     EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
     EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch)",
+    EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
 }
 
 
@@ -82,6 +95,13 @@ class S3UnreachableError(TrainerError):
 
     exit_code = EXIT_S3_UNREACHABLE
     topic = "s3"
+
+
+class PeerLostError(TrainerError):
+    """A collective broke because another rank died or hung; the job should restart and resume."""
+
+    exit_code = EXIT_PEER_LOST
+    topic = "peer lost"
 
 
 def write_line(text: str, stream: TextIO | None = None) -> None:

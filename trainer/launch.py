@@ -7,7 +7,9 @@ What it adds to plain torchrun:
 2. on node rank > 0, waits (bounded) until the master's port accepts TCP connections, since an
    Indexed Job's worker pod can start before the master pod exists or listens (exit 6 on timeout);
 3. exits with the first failed worker's own exit code (128 + signal if it was killed), where
-   torchrun itself would always exit 1, so the trainer's codes reach the podFailurePolicy.
+   torchrun itself would always exit 1, so the trainer's codes reach the podFailurePolicy and the
+   training operator's ``ExitCode`` restart policy (200, a lost peer, is retried: see
+   :mod:`trainer.peers` for how long a lost or hung peer takes to end the pod).
 """
 
 from __future__ import annotations
@@ -19,8 +21,19 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from trainer.errors import EXIT_MASTER_UNREACHABLE, EXIT_USAGE, write_line
+from trainer.errors import (
+    EXIT_CODE_MEANINGS,
+    EXIT_INTERNAL,
+    EXIT_MASTER_UNREACHABLE,
+    EXIT_PEER_LOST,
+    EXIT_USAGE,
+    write_line,
+)
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 PROGRESS_EVERY_S = 30.0
@@ -90,7 +103,24 @@ def failure_exit_code(exitcode: int) -> int:
     return exitcode or 1
 
 
-def signal_name(exit_code: int) -> str:
+def root_failure(error: ChildFailedError) -> tuple[int, ProcessFailure]:
+    """The worker failure torchrun saw first, as (global rank, failure).
+
+    torchrun stamps failures in whole seconds and lists those of one poll before the ranks it then
+    stopped itself. A rank that exited 200 (peer lost) only reacted to another rank's failure, so
+    within the same second the other one is the root cause (a rank SIGKILLed by the OOM killer, say,
+    rather than its neighbour that saw the connection drop).
+    """
+    return min(
+        error.failures.items(),
+        key=lambda item: (item[1].timestamp, item[1].exitcode == EXIT_PEER_LOST),
+    )
+
+
+def exit_code_note(exit_code: int) -> str:
+    """`` (SIGKILL)`` for 128 + a signal, the trainer's meaning for its own codes, else nothing."""
+    if exit_code in EXIT_CODE_MEANINGS and exit_code > EXIT_INTERNAL:
+        return f" ({EXIT_CODE_MEANINGS[exit_code]})"
     if exit_code <= 128:
         return ""
     try:
@@ -147,9 +177,9 @@ def launch(argv: Sequence[str]) -> int:
         run(parsed)
     except ChildFailedError as error:
         write_line(str(error))
-        rank, failure = error.get_first_failure()
+        rank, failure = root_failure(error)
         code = failure_exit_code(failure.exitcode)
-        report(f"worker rank {rank} failed with exit code {code}{signal_name(code)}")
+        report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}")
         return code
     return 0
 

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, dist, engine
+from trainer import checkpoint, dist, engine, peers
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
-from trainer.errors import UsageError, write_line
+from trainer.errors import PeerLostError, UsageError, write_line
 from trainer.metrics import METRICS_FILE, EpochRecord, export_results, peak_rss_mib, record_restart
 from trainer.model import build_model, state_dict_sha256
 from trainer.scaling import BatchPlan, plan_batches, scaled_lr
@@ -252,9 +252,20 @@ def restart_record(run: Run, resumed_from: int) -> dict[str, Any]:
 
 
 def run_training(config: TrainConfig, started: float) -> None:
-    run = setup(config, started)
+    """Set up, train, tear down; a collective broken by a lost peer becomes :class:`PeerLostError`.
+
+    Then the process group is left as it is: tearing it down could wait on the lost peer, and the
+    process is about to exit anyway (see :func:`trainer.__main__.exit_process`).
+    """
+    lost: PeerLostError | None = None
     try:
-        train(run)
+        train(setup(config, started))
+    except Exception as error:
+        lost = peers.peer_lost_error(error, config.dist_timeout, config.checkpoint_dir)
+        if lost is None:
+            raise
+        raise lost from error
     finally:
-        dist.destroy_process_group()
+        if lost is None:
+            dist.destroy_process_group()
     sys.stdout.flush()

@@ -52,10 +52,10 @@ def run_module(
     )
 
 
-def torchrun_args(nproc: int, port: int) -> list[str]:
+def torchrun_args(nproc: int, port: int, nnodes: int = 1, node_rank: int = 0) -> list[str]:
     return [
-        "--nnodes=1",
-        "--node-rank=0",
+        f"--nnodes={nnodes}",
+        f"--node-rank={node_rank}",
         f"--nproc-per-node={nproc}",
         "--master-addr=127.0.0.1",
         f"--master-port={port}",
@@ -70,6 +70,33 @@ def launch_args(nproc: int, trainer_args: Sequence[str]) -> list[str]:
     return ["--master-wait-timeout=30", "--", *torchrun_args(nproc, free_port()), *trainer_args]
 
 
+def node_launch_args(node_rank: int, port: int, trainer_args: Sequence[str]) -> list[str]:
+    """``python -m trainer.launch`` arguments of one pod of a two-node job, one process per node."""
+    torchrun = torchrun_args(1, port, nnodes=2, node_rank=node_rank)
+    return ["--master-wait-timeout=30", "--", *torchrun, *trainer_args]
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (every thread's), from /proc."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text()
+        found.extend(int(child) for child in text.split())
+    return found
+
+
+def worker_with_rank(launcher_pid: int, rank: int) -> int | None:
+    """The trainer process torchrun started under ``launcher_pid`` with ``RANK=rank``, if any."""
+    for child in children(launcher_pid):
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return child
+    return None
+
+
 class Procs:
     """Subprocess helpers, handed to tests as a fixture (no test imports conftest directly)."""
 
@@ -78,7 +105,9 @@ class Procs:
     env = staticmethod(subprocess_env)
     run = staticmethod(run_module)
     launch_args = staticmethod(launch_args)
+    node_launch_args = staticmethod(node_launch_args)
     torchrun_args = staticmethod(torchrun_args)
+    worker_with_rank = staticmethod(worker_with_rank)
 
 
 @pytest.fixture(scope="session")

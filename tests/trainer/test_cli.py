@@ -102,8 +102,9 @@ def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None
     defined = {
         value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)
     }
-    assert [int(code) for code in meanings] == sorted(defined) == list(range(7))
+    assert [int(code) for code in meanings] == sorted(defined) == [*range(7), 200]
     assert meanings["6"] == "master unreachable (python -m trainer.launch)"
+    assert meanings["200"] == "peer lost: another rank died or hung; retryable"
 
 
 def test_defaults_match_the_documented_fastest_settings() -> None:

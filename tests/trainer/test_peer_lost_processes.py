@@ -1,0 +1,207 @@
+"""A lost or hung peer with real processes: two pods (two launchers, one rank each), one frozen by
+SIGSTOP or killed; the other exits 200 with one line, in the documented time. A bug still exits 1."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from trainer.checkpoint import checkpoint_path, list_checkpoints
+from trainer.errors import EXIT_PEER_LOST
+from trainer.peers import CLOSED, TIMED_OUT
+
+DIST_TIMEOUT_S = 10
+# The documented worst case for a pod whose peers are on other nodes is --dist-timeout + ~1 s
+# (trainer/peers.py); the rest is slack for a loaded two-core test machine.
+SLACK_S = 10
+PEER_LOST = re.compile(
+    r"^trainer: peer lost: rank (\d+): (.+?) \((.+)\); see the other ranks' logs; "
+    r"--dist-timeout=(\d+)s; resume checkpoint: (.+)$"
+)
+
+
+def test_a_genuine_bug_exits_1_with_its_traceback(procs: Any) -> None:
+    inject = (
+        "import runpy, trainer.train\n"
+        "def run_training(config, started):\n"
+        "    raise ValueError('injected bug')\n"
+        "trainer.train.run_training = run_training\n"
+        "runpy.run_module('trainer', run_name='__main__', alter_sys=True)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", inject, "--epochs=1"],
+        cwd=procs.repo_root,
+        env=procs.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "Traceback (most recent call last):" in result.stderr
+    assert result.stderr.splitlines()[-1] == "ValueError: injected bug"
+    assert "peer lost" not in result.stderr
+
+
+def test_launcher_passes_the_peer_lost_code_through(procs: Any) -> None:
+    exit_200_on_rank_1 = "import os, sys; sys.exit(200 if os.environ['RANK'] == '1' else 0)"
+    torchrun = [*procs.torchrun_args(2, procs.free_port())[:-2], "--no-python", sys.executable]
+    result = procs.run("trainer.launch", ["--", *torchrun, "-c", exit_200_on_rank_1], timeout=120)
+    assert result.returncode == EXIT_PEER_LOST, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == (
+        "launch: worker rank 1 failed with exit code 200 (peer lost: another rank died or hung; retryable)"
+    )
+
+
+@dataclass
+class Node:
+    """One pod of a two-node job: its launcher, the trainer rank under it, and its output file."""
+
+    launcher: subprocess.Popen[str]
+    log: Path
+    worker: int | None = None
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+
+def _kill_if_trainer(pid: int | None) -> None:
+    """SIGKILL a trainer process we started (SIGKILL also ends a stopped one), if it still runs."""
+    if pid is None:
+        return
+    try:
+        if b"trainer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+@contextmanager
+def two_nodes(procs: Any, trainer_args: list[str], workdir: Path) -> Iterator[list[Node]]:
+    """Two launchers as two pods would run them (nnodes=2, one rank each); every process is gone after."""
+    port = procs.free_port()
+    nodes: list[Node] = []
+    files: list[IO[str]] = []
+    try:
+        for rank in (0, 1):
+            log = workdir / f"node{rank}.log"
+            files.append(log.open("w"))
+            argv = [sys.executable, "-m", "trainer.launch", *procs.node_launch_args(rank, port, trainer_args)]
+            launcher = subprocess.Popen(
+                argv,
+                cwd=procs.repo_root,
+                env=procs.env(),
+                stdout=files[-1],
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            nodes.append(Node(launcher, log))
+        yield nodes
+    finally:
+        for node in nodes:
+            _kill_if_trainer(node.worker)
+            node.launcher.kill()
+            node.launcher.wait(timeout=30)
+        for file in files:
+            file.close()
+
+
+def _after_first_checkpoint(procs: Any, nodes: list[Node], ckpt: Path) -> None:
+    """Wait until epoch 1's checkpoint exists, then note each node's trainer process."""
+    deadline = time.monotonic() + 120
+    while not checkpoint_path(ckpt, 1).exists():
+        for node in nodes:
+            assert node.launcher.poll() is None, node.output()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.02)
+    for rank, node in enumerate(nodes):
+        node.worker = procs.worker_with_rank(node.launcher.pid, rank)
+        assert node.worker is not None
+
+
+def _trainer_args(mnist_root: Path, ckpt: Path) -> list[str]:
+    return [
+        f"--data={mnist_root}",
+        f"--checkpoint-dir={ckpt}",
+        "--epochs=3",
+        "--batch-size=64",
+        "--train-limit=6400",
+        f"--dist-timeout={DIST_TIMEOUT_S}",
+    ]
+
+
+def _one_peer_lost_line(output: str) -> tuple[str, ...]:
+    lines = [line for line in output.splitlines() if line.startswith("trainer: peer lost: ")]
+    assert len(lines) == 1, output[-3000:]
+    match = PEER_LOST.match(lines[0])
+    assert match, lines[0]
+    assert "Traceback" not in output
+    return match.groups()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_hung_peer_ends_the_other_pod_with_200_within_the_timeout(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    with two_nodes(procs, _trainer_args(mnist_root, ckpt), tmp_path) as (node0, node1):
+        _after_first_checkpoint(procs, [node0, node1], ckpt)
+        assert node1.worker is not None
+        os.kill(node1.worker, signal.SIGSTOP)
+        stopped = time.monotonic()
+        node0.launcher.wait(timeout=DIST_TIMEOUT_S + SLACK_S + 30)
+        took = time.monotonic() - stopped
+        print(f"the pod beside the hung peer exited {took:.1f} s after SIGSTOP")
+
+        assert node0.launcher.returncode == EXIT_PEER_LOST, node0.output()[-3000:]
+        # Not much sooner: the healthy rank's collective may have started just before the SIGSTOP.
+        assert DIST_TIMEOUT_S - 2 <= took <= DIST_TIMEOUT_S + SLACK_S
+        # Epoch 2 cannot finish without rank 1, so epoch 1's checkpoint is the one to resume from.
+        assert list_checkpoints(ckpt) == [checkpoint_path(ckpt, 1)]
+        rank, cause, detail, timeout, resume = _one_peer_lost_line(node0.output())
+        assert (rank, cause, timeout, resume) == ("0", TIMED_OUT, "10", str(checkpoint_path(ckpt, 1)))
+        timed_out = rf"Timed out waiting {DIST_TIMEOUT_S * 1000}ms for (recv|send) operation to complete"
+        assert re.fullmatch(timed_out, detail), detail
+        assert "launch: worker rank 0 failed with exit code 200 (peer lost" in node0.output()
+
+        # Woken up, the hung rank finds its peer gone and exits 200 with its own line too.
+        os.kill(node1.worker, signal.SIGCONT)
+        node1.launcher.wait(timeout=60)
+        assert node1.launcher.returncode == EXIT_PEER_LOST, node1.output()[-3000:]
+        assert _one_peer_lost_line(node1.output())[0] == "1"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_killed_pod_ends_the_other_pod_with_200_at_once(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    with two_nodes(procs, _trainer_args(mnist_root, ckpt), tmp_path) as (node0, node1):
+        _after_first_checkpoint(procs, [node0, node1], ckpt)
+        assert node1.worker is not None
+        # A deleted pod loses every process at once: the launcher and the trainer (its own session).
+        os.kill(node1.worker, signal.SIGKILL)
+        os.kill(node1.launcher.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        node0.launcher.wait(timeout=DIST_TIMEOUT_S + SLACK_S + 30)
+        took = time.monotonic() - killed
+
+        assert node0.launcher.returncode == EXIT_PEER_LOST, node0.output()[-3000:]
+        assert took < DIST_TIMEOUT_S, "a closed connection is seen at once, not after the timeout"
+        assert list_checkpoints(ckpt) == [checkpoint_path(ckpt, 1)]
+        rank, cause, detail, timeout, resume = _one_peer_lost_line(node0.output())
+        assert (rank, cause, timeout, resume) == ("0", CLOSED, "10", str(checkpoint_path(ckpt, 1)))
+        assert re.search(r"Connection (closed by|reset by) peer|Broken pipe", detail), detail
