@@ -37,6 +37,7 @@ class TrainConfig:
     seed: int
     dist_timeout: int
     train_limit: int
+    export_to: str | None = None
 
     @property
     def data_is_s3(self) -> bool:
@@ -46,8 +47,10 @@ class TrainConfig:
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors are one stderr line: ``trainer: usage: <what> (see ...)``."""
 
+    label = "trainer"
+
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"trainer: usage: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(f"{self.label}: usage: {message} (see '{self.prog} --help')\n")
         sys.exit(EXIT_USAGE)
 
 
@@ -92,12 +95,20 @@ def _non_negative_float(text: str) -> float:
     return 0.0 if text.strip() in ("0", "0.0") else _positive_float(text)
 
 
-def _data_source(text: str) -> str:
+def s3_url(text: str) -> str:
+    """``s3://BUCKET[/PREFIX]`` naming a bucket (an argparse type)."""
+    if not text.startswith("s3://"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an s3:// URL; use s3://BUCKET/PREFIX")
+    if not text.removeprefix("s3://").split("/", 1)[0]:
+        raise argparse.ArgumentTypeError(f"{text!r} names no bucket; use s3://BUCKET/PREFIX")
+    return text
+
+
+def path_or_s3_url(text: str) -> str:
+    """A directory path or an ``s3://BUCKET/PREFIX`` URL (an argparse type)."""
     if text.startswith("s3://"):
-        bucket = text.removeprefix("s3://").split("/", 1)[0]
-        if not bucket:
-            raise argparse.ArgumentTypeError(f"{text!r} names no bucket; use s3://BUCKET/PREFIX")
-    elif not text:
+        return s3_url(text)
+    if not text:
         raise argparse.ArgumentTypeError("empty path")
     return text
 
@@ -113,7 +124,7 @@ def build_parser() -> OneLineArgumentParser:
     add = parser.add_argument
     add(
         "--data",
-        type=_data_source,
+        type=path_or_s3_url,
         default="./data/mnist",
         help="dataset root (files in ROOT/MNIST/raw/ or ROOT/, .gz or raw) or s3://BUCKET/PREFIX "
         "(the four .gz files plus SHA256SUMS; endpoint and keys from AWS_* env)",
@@ -188,6 +199,14 @@ def build_parser() -> OneLineArgumentParser:
         "(peer lost: one line, retryable)",
     )
     add(
+        "--export-to",
+        type=s3_url,
+        default=None,
+        help="at the end, rank 0 uploads model.pt, metrics.json and their SHA256SUMS to "
+        "s3://BUCKET/PREFIX/ (endpoint and keys from AWS_* env); a restart of the finished run retries "
+        "an export that did not complete (default: none, no export)",
+    )
+    add(
         "--train-limit",
         type=_int_at_least(0),
         default=0,
@@ -216,4 +235,5 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         seed=args.seed,
         dist_timeout=args.dist_timeout,
         train_limit=args.train_limit,
+        export_to=args.export_to,
     )

@@ -27,7 +27,7 @@ TEST_IMAGES = "t10k-images-idx3-ubyte"
 TEST_LABELS = "t10k-labels-idx1-ubyte"
 FILES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
 SUMS_FILE = "SHA256SUMS"
-SEED_HINT = "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --download)"
+SEED_HINT = "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --mirror URL)"
 S3_SEED_HINT = "seed it with 'python -m trainer.seed --from DIR --to s3://BUCKET/PREFIX'"
 
 # Mean and std of the MNIST training pixels scaled to [0, 1].
@@ -57,13 +57,18 @@ def sha256_file(path: Path) -> str:
 
 def read_sums(path: Path) -> dict[str, str]:
     """Parse a ``sha256sum``-format file into ``{file name: hex digest}``."""
+    return parse_sums(path.read_text(), str(path))
+
+
+def parse_sums(text: str, where: str) -> dict[str, str]:
+    """``sha256sum``-format text (from ``where``: a path or URL) as ``{file name: hex digest}``."""
     sums: dict[str, str] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split()
         if len(parts) != 2 or len(parts[0]) != 64:
-            raise DataError(f"{path}:{number}: not a 'sha256  name' line: {line!r}")
+            raise DataError(f"{where}:{number}: not a 'sha256  name' line: {line!r}")
         sums[parts[1].lstrip("*")] = parts[0].lower()
     return sums
 

@@ -10,8 +10,11 @@ code  meaning
 2     bad flags or usage (argparse's code; also an unexpanded ``$(VAR)``)
 3     training data missing or corrupt (files absent, bad checksum, bad IDX)
 4     S3 credentials missing or rejected
-5     S3 endpoint unreachable
+5     S3 endpoint unreachable (``trainer.seed``: also no HTTPS mirror reachable)
 6     master not reachable within ``--master-wait-timeout`` (launcher only)
+7     model export failed: ``--export-to`` upload error other than 4 and 5 (the
+      run's checkpoints, model.pt and metrics.json are kept; a restart of the
+      finished run retries the export without training)
 200   peer lost: a collective broke because another rank died, hung or lost
       its network (see :mod:`trainer.peers`); a restart resumes from the
       newest checkpoint
@@ -35,6 +38,7 @@ EXIT_DATA = 3
 EXIT_S3_CREDENTIALS = 4
 EXIT_S3_UNREACHABLE = 5
 EXIT_MASTER_UNREACHABLE = 6
+EXIT_EXPORT = 7
 # >= 128 so that the training operator retries it, and outside what a signal gives: a shell and
 # torchrun's launcher report death by signal N as 128 + N, and Linux signals stop at 64 (SIGRTMAX),
 # so 129-192 could be read as "killed by a signal". 200 can only come from the trainer itself.
@@ -51,8 +55,9 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_USAGE: "bad flags",
     EXIT_DATA: "data missing or corrupt",
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
-    EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
+    EXIT_S3_UNREACHABLE: "S3 endpoint (or every seed mirror) unreachable",
     EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch)",
+    EXIT_EXPORT: "model export failed",
     EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
 }
 
@@ -95,6 +100,20 @@ class S3UnreachableError(TrainerError):
 
     exit_code = EXIT_S3_UNREACHABLE
     topic = "s3"
+
+
+class MirrorsUnreachableError(TrainerError):
+    """No HTTPS mirror could be reached for a file (network or HTTP errors only; retryable)."""
+
+    exit_code = EXIT_S3_UNREACHABLE
+    topic = "download"
+
+
+class ExportError(TrainerError):
+    """The model could not be uploaded to ``--export-to`` for a reason other than credentials or reach."""
+
+    exit_code = EXIT_EXPORT
+    topic = "export"
 
 
 class PeerLostError(TrainerError):

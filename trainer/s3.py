@@ -16,15 +16,16 @@ Endpoint and keys come from the environment: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.data import FILES, S3_SEED_HINT, SUMS_FILE, format_sums, read_sums, sha256_file
+from trainer.data import FILES, S3_SEED_HINT, SUMS_FILE, format_sums, parse_sums, read_sums, sha256_file
 from trainer.errors import (
     DataError,
     S3CredentialsError,
@@ -148,8 +149,14 @@ def exclusive_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def fetch_dataset(location: S3Location, cache_dir: Path, local_rank: int = 0) -> Path:
-    """Download (once per node) and verify the four files; returns the cache root for --data."""
+def fetch_dataset(
+    location: S3Location, cache_dir: Path, local_rank: int = 0, report: Callable[[str], None] | None = None
+) -> Path:
+    """Download (once per node) and verify the four files; returns the cache root for --data.
+
+    Each download is reported through ``report`` (default: a ``trainer: s3:`` line on stdout).
+    """
+    say = report or (lambda message: note(local_rank, message))
     raw_dir = cache_dir / "MNIST" / "raw"
     client = make_client()
     with exclusive_lock(cache_dir / ".lock"):
@@ -166,7 +173,7 @@ def fetch_dataset(location: S3Location, cache_dir: Path, local_rank: int = 0) ->
             if target.is_file() and sha256_file(target) == sums[name]:
                 continue
             download_verified(client, location, name, target, sums[name])
-            note(local_rank, f"downloaded {location.url(name)} to {target} (sha256 verified)")
+            say(f"downloaded {location.url(name)} to {target} (sha256 verified)")
     return cache_dir
 
 
@@ -184,10 +191,13 @@ def download_verified(client: Any, location: S3Location, name: str, target: Path
     os.replace(partial, target)
 
 
-def upload_dataset(location: S3Location, files: dict[str, Path]) -> dict[str, str]:
-    """Create the bucket if needed, upload ``{name: path}`` and a SHA256SUMS; returns the sums."""
+def upload_dataset(
+    location: S3Location, files: dict[str, Path], kept: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Create the bucket if needed, upload ``{name: path}``, then a SHA256SUMS of those files and of
+    the ``kept`` ones (``{name: sha256}``, already there and verified); returns the sums."""
     client = make_client()
-    sums = {name: sha256_file(path) for name, path in files.items()}
+    sums = {**(kept or {}), **{name: sha256_file(path) for name, path in files.items()}}
     ensure_bucket(client, location.bucket)
     for name, path in files.items():
         with s3_errors(location.url(name)):
@@ -197,6 +207,75 @@ def upload_dataset(location: S3Location, files: dict[str, Path]) -> dict[str, st
             Bucket=location.bucket, Key=location.key(SUMS_FILE), Body=format_sums(sums).encode()
         )
     return sums
+
+
+def verified_objects(location: S3Location, report: Callable[[str], None]) -> dict[str, str]:
+    """``{name.gz: sha256}`` of the dataset objects under ``location`` that its SHA256SUMS verifies.
+
+    Each object is downloaded and hashed (MNIST is 11 MB); the others are reported, one line each.
+    Without a SHA256SUMS (a new bucket or prefix) nothing is verified and nothing is reported.
+    """
+    client = make_client()
+    sums_url = location.url(SUMS_FILE)
+    text = read_object(client, location, SUMS_FILE)
+    if text is None:
+        return {}
+    try:
+        sums = parse_sums(text.decode(errors="replace"), sums_url)
+    except DataError:
+        report(f"{sums_url} is not a {SUMS_FILE} file; seeding every file again")
+        return {}
+    verified: dict[str, str] = {}
+    for name in GZ_FILES:
+        url = location.url(name)
+        actual = object_sha256(client, location, name) if name in sums else None
+        if name not in sums:
+            report(f"{url} is not listed in {SUMS_FILE}; seeding again")
+        elif actual is None:
+            report(f"{url} is missing; seeding again")
+        elif actual != sums[name]:
+            report(f"{url} does not match {SUMS_FILE}; seeding again")
+        else:
+            verified[name] = actual
+    return verified
+
+
+def error_code(error: Exception) -> str:
+    return str(getattr(error, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def open_object(client: Any, location: S3Location, name: str) -> Any | None:
+    """The body stream of ``name`` under ``location``, or None when it (or its bucket) does not exist."""
+    from botocore.exceptions import ClientError
+
+    with s3_errors(location.url(name)):
+        try:
+            return client.get_object(Bucket=location.bucket, Key=location.key(name))["Body"]
+        except ClientError as error:
+            if error_code(error) in _MISSING_CODES:
+                return None
+            raise
+
+
+def read_object(client: Any, location: S3Location, name: str) -> bytes | None:
+    """A small object's bytes, or None when it does not exist."""
+    body = open_object(client, location, name)
+    if body is None:
+        return None
+    with s3_errors(location.url(name)):
+        return bytes(body.read())
+
+
+def object_sha256(client: Any, location: S3Location, name: str) -> str | None:
+    """sha256 of an object's content, read in chunks; None when it does not exist."""
+    body = open_object(client, location, name)
+    if body is None:
+        return None
+    digest = hashlib.sha256()
+    with s3_errors(location.url(name)):
+        for chunk in body.iter_chunks(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def ensure_bucket(client: Any, bucket: str) -> None:

@@ -148,11 +148,13 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     return state["epoch"], [EpochRecord(**record) for record in state["history"]]
 
 
-def train(run: Run) -> None:
+def train(run: Run) -> bool:
+    """Resume, train the epochs left, write the results; True if the run had already finished."""
     config, env, plan, data = run.config, run.env, run.plan, run.data
     log(env, describe(run))
     first_epoch, history = resume(run)
-    if first_epoch >= config.epochs:
+    finished_before = first_epoch >= config.epochs
+    if finished_before:
         log(env, f"run already finished ({first_epoch}/{config.epochs} epochs); nothing to train")
     shard = engine.test_shard(len(data.test_y), env.rank, env.world_size)
     for epoch in range(first_epoch + 1, config.epochs + 1):
@@ -189,6 +191,7 @@ def train(run: Run) -> None:
             path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
             log(env, f"checkpoint {path}")
     finish(run, history, first_epoch)
+    return finished_before
 
 
 def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
@@ -252,14 +255,18 @@ def restart_record(run: Run, resumed_from: int) -> dict[str, Any]:
 
 
 def run_training(config: TrainConfig, started: float) -> None:
-    """Set up, train, tear down; a collective broken by a lost peer becomes :class:`PeerLostError`.
+    """Set up, train, tear down, then (rank 0, with ``--export-to``) export the model.
 
-    Then the process group is left as it is: tearing it down could wait on the lost peer, and the
-    process is about to exit anyway (see :func:`trainer.__main__.exit_process`).
+    A collective broken by a lost peer becomes :class:`PeerLostError`, and then the process group is
+    left as it is: tearing it down could wait on the lost peer, and the process is about to exit
+    anyway (see :func:`trainer.__main__.exit_process`). The export runs once the group is gone: the
+    other ranks have passed the final barrier and exit 0, nothing waits on rank 0's upload, and its
+    failure is rank 0's own exit code (4, 5 or 7), never a broken collective.
     """
     lost: PeerLostError | None = None
     try:
-        train(setup(config, started))
+        run = setup(config, started)
+        finished_before = train(run)
     except Exception as error:
         lost = peers.peer_lost_error(error, config.dist_timeout, config.checkpoint_dir)
         if lost is None:
@@ -269,3 +276,7 @@ def run_training(config: TrainConfig, started: float) -> None:
         if lost is None:
             dist.destroy_process_group()
     sys.stdout.flush()
+    if config.export_to is not None and run.env.is_main:
+        from trainer.export import export_model
+
+        export_model(config.output_dir, config.export_to, finished_before, lambda line: log(run.env, line))

@@ -41,6 +41,14 @@ BAD_FLAGS = [
         ["--data=s3:///prefix"],
         "argument --data: 's3:///prefix' names no bucket; use s3://BUCKET/PREFIX",
     ),
+    (
+        ["--export-to=/models/run-a"],
+        "argument --export-to: '/models/run-a' is not an s3:// URL; use s3://BUCKET/PREFIX",
+    ),
+    (
+        ["--export-to=s3:///models/run-a"],
+        "argument --export-to: 's3:///models/run-a' names no bucket; use s3://BUCKET/PREFIX",
+    ),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ]
 
@@ -79,6 +87,7 @@ def test_help_documents_every_flag() -> None:
         "--dist-timeout",
         "--train-limit",
         "--weight-decay",
+        "--export-to",
     ):
         assert flag in text
 
@@ -88,7 +97,7 @@ def test_help_states_each_default_once(procs: Any) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     flags = [action for action in build_parser()._actions if action.default is not argparse.SUPPRESS]
-    assert text.count("(default: ") == len(flags) == 15
+    assert text.count("(default: ") == len(flags) == 16
     assert "(default: None)" not in text
     assert "where metrics.json and the final model.pt go (default: the checkpoint dir) --epochs" in text
     assert "(default: ./checkpoints)" in text and "(default: ./.cache/mnist)" in text
@@ -102,8 +111,9 @@ def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None
     defined = {
         value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)
     }
-    assert [int(code) for code in meanings] == sorted(defined) == [*range(7), 200]
+    assert [int(code) for code in meanings] == sorted(defined) == [*range(8), 200]
     assert meanings["6"] == "master unreachable (python -m trainer.launch)"
+    assert meanings["7"] == "model export failed"
     assert meanings["200"] == "peer lost: another rank died or hung; retryable"
 
 
@@ -114,6 +124,7 @@ def test_defaults_match_the_documented_fastest_settings() -> None:
     assert config.output_dir == config.checkpoint_dir == Path("./checkpoints")
     assert config.data == "./data/mnist"
     assert config.cache_dir == Path("./.cache/mnist")
+    assert config.export_to is None
 
 
 def test_indivisible_strong_batch_under_torchrun_exits_2(

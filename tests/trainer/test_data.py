@@ -36,7 +36,7 @@ def test_missing_files_name_the_expected_path(tmp_path: Path) -> None:
         load_mnist(tmp_path, torch.device("cpu"))
     assert caught.value.one_line() == (
         f"trainer: data: {tmp_path}/MNIST/raw/train-images-idx3-ubyte(.gz) not found; "
-        "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --download)"
+        "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --mirror URL)"
     )
 
 

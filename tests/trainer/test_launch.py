@@ -126,7 +126,7 @@ def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr[-3000:]
     message = (
         f"trainer: data: {missing}/MNIST/raw/train-images-idx3-ubyte(.gz) not found; "
-        "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --download)"
+        "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --mirror URL)"
     )
     assert message in result.stderr.splitlines()
     assert "launch: worker rank " in result.stderr
