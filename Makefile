@@ -27,8 +27,6 @@ $(ACTIONLINT)/.installed:
 infra-env: $(INFRA_VENV)/.installed
 
 run: $(VENV)/.installed
-	@# Without ../shared the local data volume is seeded by downloading MNIST, which needs torchvision.
-	@test -d ../shared/data/mnist || $(VENV)/bin/pip install -q -c constraints.txt -e ".[download]"
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
 render: $(VENV)/.installed

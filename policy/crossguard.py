@@ -23,13 +23,14 @@ from pulumi_policy import (
 )
 
 PACK_NAME = "ddp-mnist-guardrails"
-# Every resource policy skips these namespaces: the Kubeflow training operator's own workloads come
-# from its upstream manifests, which this platform does not author (set [] to check them too).
+# Every resource policy skips these namespaces: the Kubeflow training operator's (kubeflow) and Kubeflow
+# Trainer v2's and JobSet's (kubeflow-system) own workloads come from their upstream manifests, which
+# this platform does not author (set [] to check them too).
 EXCLUDE_NAMESPACES = {
     "excludeNamespaces": {
         "type": "array",
         "items": {"type": "string"},
-        "default": ["kubeflow"],
+        "default": ["kubeflow", "kubeflow-system"],
         "description": "Namespaces whose objects this policy does not check.",
     }
 }

@@ -7,7 +7,9 @@ the objects the program renders.
 
 Workloads understood: kubeflow.org PyTorchJob (templates under spec.pytorchReplicaSpecs.*, processes
 per pod from spec.nprocPerNode), batch/v1 Job (processes per pod from a literal PET_NPROC_PER_NODE
-env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Pod and PodTemplate.
+env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Pod and PodTemplate,
+trainer.kubeflow.org (Cluster)TrainingRuntime (templates under its JobSet template's replicatedJobs)
+and TrainJob (its nodes, and GPUs and processes per node, from spec.trainer).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from infra.offline.admission import podsecurity
 
 Obj = Mapping[str, Any]
 GPU = "nvidia.com/gpu"
+TRAINER_API = "trainer.kubeflow.org/"
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,31 @@ def pod_templates(obj: Obj) -> list[PodTemplate]:
         return [template(obj.get("template") or {}, where, 1, None)]
     if kind == "Pod" and api == "v1":
         return [PodTemplate(where, namespace, obj.get("metadata") or {}, spec, 1, None)]
+    if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and api.startswith(TRAINER_API):
+        # The trainer replicatedJob runs mlPolicy.numNodes pods (a TrainJob's numNodes overrides it);
+        # processes per pod are the TrainJob's, so the GPU rule checks them there.
+        nodes = _count((spec.get("mlPolicy") or {}).get("numNodes"))
+        found = []
+        for rjob in ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
+            job = rjob.get("template") or {}
+            job_spec = job.get("spec") or {}
+            trainer = ((job.get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL) == "trainer"
+            pods = nodes if trainer else _count(rjob.get("replicas")) * _count(job_spec.get("parallelism"))
+            found.append(template(job_spec.get("template") or {}, f"{where} {rjob.get('name')}", pods, None))
+        return found
     return []
+
+
+def _trainjob_node(obj: Obj) -> tuple[int, Obj, int | None] | None:
+    """A TrainJob's (nodes, resources per node, processes per node); None for anything else."""
+    if obj.get("kind") != "TrainJob" or not str(obj.get("apiVersion", "")).startswith(TRAINER_API):
+        return None
+    trainer = (obj.get("spec") or {}).get("trainer") or {}
+    return (
+        _count(trainer.get("numNodes")),
+        trainer.get("resourcesPerNode") or {},
+        _int(trainer.get("numProcPerNode")),
+    )
 
 
 # --- GPUs --------------------------------------------------------------------------------------
@@ -120,7 +148,13 @@ def pod_templates(obj: Obj) -> list[PodTemplate]:
 def gpu_limits_match_processes(obj: Obj) -> list[str]:
     """GPU pods set nvidia.com/gpu limits (= requests), one GPU per training process of the pod."""
     violations = []
-    for t in pod_templates(obj):
+    templates = pod_templates(obj)
+    trainjob = _trainjob_node(obj)
+    if trainjob is not None:  # resourcesPerNode goes to every node's trainer container
+        _, resources, procs = trainjob
+        node = {"containers": [{"name": "node", "resources": resources}]}
+        templates = [PodTemplate(_name(obj), "", {}, node, trainjob[0], procs)]
+    for t in templates:
         total = 0
         for c in containers(t.spec, ephemeral=False):
             resources = c.get("resources") or {}
@@ -298,6 +332,10 @@ def requests_and_limits_set(obj: Obj, require_cpu_limit: bool = False) -> list[s
 
 def job_size(obj: Obj) -> tuple[int, int] | None:
     """(nodes, GPUs) a training job runs at once; None for objects that are not training jobs."""
+    trainjob = _trainjob_node(obj)
+    if trainjob is not None:
+        nodes, resources, _ = trainjob
+        return nodes, nodes * (_int((resources.get("limits") or {}).get(GPU)) or 0)
     if obj.get("kind") not in ("PyTorchJob", "Job"):
         return None
     templates = pod_templates(obj)

@@ -41,7 +41,14 @@ class ClusterView:
 def cluster_view(objects: list[dict[str, Any]], settings: Settings) -> ClusterView:
     effective = derive(objects, controllers_for(settings))
     namespace = namespace_of(objects, settings.namespace, settings.namespace_pod_security)
-    return ClusterView(effective, namespace, admit(effective.pods, namespace))
+    # Workloads run one after another (the training job waits for the seed Job, whose finished pod
+    # no longer counts against a quota): each is admitted against the namespace on its own.
+    admission = Admission()
+    for owner in dict.fromkeys(pod.owner for pod in effective.pods):
+        admitted = admit([p for p in effective.pods if p.owner == owner], namespace)
+        admission.pods += admitted.pods
+        admission.refusals += admitted.refusals
+    return ClusterView(effective, namespace, admission)
 
 
 def effective_yaml(view: ClusterView, stack: str) -> str:

@@ -18,7 +18,34 @@ def _plain(schema: Any) -> Any:
     return schema
 
 
-def crd_validator(path: Path, version: str = "v1") -> jsonschema.Draft7Validator:
+def _strict(schema: Any) -> Any:
+    """The schema with unknown fields as errors: `additionalProperties: false` on every object that lists
+    its properties (as the API server's strict field validation reports fields a structural schema
+    would prune), except where `x-kubernetes-preserve-unknown-fields` keeps them."""
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    strict = {k: _strict(v) for k, v in schema.items()}
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        strict["additionalProperties"] = False
+    return strict
+
+
+def crd_validator(
+    path: Path, version: str | None = "v1", *, strict: bool = False, at: tuple[str, ...] = ()
+) -> jsonschema.Draft7Validator:
+    """A validator for the CRD's `version` (None: the storage version); `strict` refuses unknown fields;
+    `at` names properties to descend into (("spec",) validates a JobSet spec on its own)."""
     crd = yaml.safe_load(path.read_text())
-    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
-    return jsonschema.Draft7Validator(_plain(served["schema"]["openAPIV3Schema"]))
+    served = next(
+        v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v.get("storage"))
+    )
+    schema = served["schema"]["openAPIV3Schema"]
+    for name in at:
+        schema = schema["properties"][name]
+    return jsonschema.Draft7Validator(_plain(_strict(schema) if strict else schema))

@@ -27,6 +27,8 @@ _KIND_ORDER = [
     "LocalQueue",
     "Job",
     "PyTorchJob",
+    "TrainingRuntime",
+    "TrainJob",
 ]
 
 
@@ -40,6 +42,7 @@ class Options:
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
     import_id: str = ""  # adopt this existing object instead of creating it
+    replace_with: tuple[str, ...] = ()  # logical names of resources whose replacement replaces this one
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 class _RecordingMonitor(MockMonitor):
     """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent,
-    replaceOnChanges, deleteBeforeReplace, import)."""
+    replaceOnChanges, deleteBeforeReplace, import, replaceWith)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
@@ -118,6 +121,7 @@ class _RecordingMonitor(MockMonitor):
             replace_on_changes=tuple(request.replaceOnChanges),
             delete_before_replace=bool(request.deleteBeforeReplace),
             import_id=request.importId,
+            replace_with=tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.replace_with)),
         )
         return super().RegisterResource(request)
 
@@ -132,8 +136,10 @@ class Rendering:
 
     @property
     def external(self) -> list[Registration]:
-        """Remote components applied by the provider itself (the operator's kustomize overlay)."""
-        return [r for r in self.registrations if r.type.startswith("kubernetes:kustomize")]
+        """Remote components applied by the provider itself (the operator's and Trainer v2's kustomize
+        overlays), by name: the mock runtime registers a program's resources in no fixed order."""
+        found = [r for r in self.registrations if r.type.startswith("kubernetes:kustomize")]
+        return sorted(found, key=lambda r: r.name)
 
 
 def normalise(value: Any) -> Any:
@@ -219,7 +225,12 @@ def to_yaml(rendering: Rendering) -> str:
     ]
     for reg in rendering.external:
         header.append(f"# Also applied (kustomize, server-side): {reg.inputs.get('directory')}")
-        if reg.transforms:
+        if reg.transforms and reg.parent == "trainer-v2":
+            header.append(
+                "#   its CRDs kept on destroy, its controllers' images as configured by this stack "
+                "(see infra/program/trainer_v2.py)"
+            )
+        elif reg.transforms:
             header.append(
                 "#   with its operator Deployment configured by this stack (init container template and "
                 "images; see infra/program/training_operator.py)"

@@ -6,9 +6,10 @@ the controllers then create from them (`<stack>.effective.yaml`, see `infra.offl
 prints a preview-like table. `--validate` checks the objects against the upstream schemas and the
 effective pods against the namespace's admission (Pod Security, LimitRange, ResourceQuota).
 
-Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a missing --crd file or an
-unwritable --out (nothing written); 3 a rendered object failed schema validation, or an effective pod
-would be refused by the API server (one line each; nothing written).
+Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a missing --crd file, a
+--crd-dir without the Trainer v2 and JobSet CRDs, or an unwritable --out (nothing written); 3 a
+rendered object failed schema validation, or an effective pod would be refused by the API server (one
+line each; nothing written).
 """
 
 from __future__ import annotations
@@ -27,6 +28,15 @@ from infra.offline.stackconfig import ROOT, StackNotFound, load_stack
 EXIT_CONFIG = 2
 EXIT_INVALID = 3
 DEFAULT_CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
+DEFAULT_CRD_DIR = DEFAULT_CRD.parent
+# Kubeflow Trainer v2.3.0's CRDs (manifests/base/crds) and JobSet v0.12.0's, by the kind they define.
+TRAINER_CRDS = {
+    "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
+    "TrainingRuntime": "trainer.kubeflow.org_trainingruntimes.yaml",
+    "ClusterTrainingRuntime": "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+}
+JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
+TRAINER_GROUP = "trainer.kubeflow.org/"
 
 
 def _pod_facts(template: dict[str, Any]) -> str:
@@ -86,10 +96,27 @@ def describe(obj: dict[str, Any]) -> str:
         return f"kueue clusterQueue={spec['clusterQueue']}"
     if kind == "Service":
         return f"headless={spec.get('clusterIP') == 'None'} ports={[p['port'] for p in spec['ports']]}"
+    if kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+        policy = spec.get("mlPolicy") or {}
+        jobset = spec["template"]["spec"]
+        rjobs = ",".join(f"{r['name']}x{r.get('replicas', 1)}" for r in jobset["replicatedJobs"])
+        facts = f"{'torch ' if 'torch' in policy else ''}nodes={policy.get('numNodes', 1)} jobs={rjobs}"
+        restarts = (jobset.get("failurePolicy") or {}).get("maxRestarts", 0)
+        template = jobset["replicatedJobs"][0]["template"]["spec"]["template"]
+        return f"{facts} maxRestarts={restarts} {_pod_facts(template)}"
+    if kind == "TrainJob":
+        trainer, ref = spec.get("trainer") or {}, spec["runtimeRef"]
+        return (
+            f"runtime={ref.get('kind', 'ClusterTrainingRuntime')}/{ref['name']} "
+            f"nodes={trainer.get('numNodes', '-')} procs/node={trainer.get('numProcPerNode', 'auto')}"
+        )
     if kind == "PyTorchJob":
         replicas = spec["pytorchReplicaSpecs"]
         nodes = sum(r["replicas"] for r in replicas.values())
         return f"nodes={nodes} procs/node={spec['nprocPerNode']} {_pod_facts(replicas['Master']['template'])}"
+    if kind == "Job" and spec.get("completionMode") != "Indexed":
+        container = spec["template"]["spec"]["containers"][0]
+        return f"runs {' '.join([*container.get('command', []), *container.get('args', [])])}"
     if kind == "Job":
         procs = next(
             (
@@ -120,7 +147,8 @@ def _effective_pod_facts(view: ClusterView) -> list[tuple[str, str, str]]:
         (
             "Service (effective)",
             s["metadata"]["name"],
-            f"{s['metadata']['labels'].get('training.kubeflow.org/job-name', '')} headless",
+            f"{s['metadata'].get('labels', {}).get('training.kubeflow.org/job-name', '')}"
+            f"{s['spec'].get('selector', {}).get('jobset.sigs.k8s.io/jobset-name', '')} headless",
         )
         for s in view.effective.services
     ]
@@ -143,17 +171,46 @@ def is_builtin(obj: dict[str, Any]) -> bool:
     return "." not in group or group.endswith(".k8s.io")
 
 
-def validation_errors(rendering: Rendering, version: str, crd: Path | None) -> list[str]:
-    """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs. Other
-    custom resources (Kueue's LocalQueue) have no schema here and are listed by `unchecked_kinds`."""
+def trainer_crds_present(crd_dir: Path | None) -> bool:
+    return crd_dir is not None and all((crd_dir / f).is_file() for f in (*TRAINER_CRDS.values(), JOBSET_CRD))
+
+
+def trainer_errors(obj: dict[str, Any], crd_dir: Path) -> list[str]:
+    """A Trainer v2 object against its CRD (strict: unknown fields are errors), and a runtime's JobSet
+    template against JobSet's own spec schema."""
+    from infra.offline.crd import crd_validator
+
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    checks = [(crd_validator(crd_dir / TRAINER_CRDS[obj["kind"]], None, strict=True), obj, "")]
+    if obj["kind"] != "TrainJob":
+        jobset = crd_validator(crd_dir / JOBSET_CRD, None, strict=True, at=("spec",))
+        checks.append((jobset, obj.get("spec", {}).get("template", {}).get("spec", {}), " (JobSet spec)"))
+    return [
+        f"{where}{what}: {e.message} at {e.json_path}"
+        for validator, document, what in checks
+        for e in validator.iter_errors(document)
+    ]
+
+
+def validation_errors(
+    rendering: Rendering, version: str, crd: Path | None, crd_dir: Path | None = None
+) -> list[str]:
+    """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs and (with
+    `crd_dir` holding their CRDs) of Trainer v2's objects. Other custom resources (Kueue's LocalQueue)
+    have no schema here and are listed by `unchecked_kinds`."""
     import kubernetes_validate
 
     from infra.offline.crd import crd_validator
 
     errors = []
     validator = crd_validator(crd) if crd else None
+    trainer = trainer_crds_present(crd_dir)
     for obj in rendering.objects:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["apiVersion"].startswith(TRAINER_GROUP) and obj["kind"] in TRAINER_CRDS:
+            if trainer and crd_dir is not None:
+                errors += trainer_errors(obj, crd_dir)
+            continue
         if obj["apiVersion"].startswith("kubeflow.org/"):
             if validator is not None:
                 errors += [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
@@ -172,7 +229,9 @@ def unchecked_kinds(rendering: Rendering) -> list[str]:
         {
             o["kind"]
             for o in rendering.objects
-            if not is_builtin(o) and not o["apiVersion"].startswith("kubeflow.org/")
+            if not is_builtin(o)
+            and not o["apiVersion"].startswith("kubeflow.org/")
+            and not (o["apiVersion"].startswith(TRAINER_GROUP) and o["kind"] in TRAINER_CRDS)
         }
     )
 
@@ -207,14 +266,21 @@ def main(argv: list[str] | None = None) -> int:
         "--validate",
         action="store_true",
         help="check built-in objects with kubernetes-validate --strict for the stack's "
-        "kubernetesVersion, PyTorchJobs against the CRD schema, and the effective pods against the "
-        "namespace's admission (Pod Security, LimitRange, ResourceQuota)",
+        "kubernetesVersion, PyTorchJobs and Trainer v2's objects against their CRD schemas, and the "
+        "effective pods against the namespace's admission (Pod Security, LimitRange, ResourceQuota)",
     )
     parser.add_argument(
         "--crd",
         type=Path,
         default=DEFAULT_CRD,
         help="PyTorchJob CRD file for --validate (default: ../shared/k8s/crds/...)",
+    )
+    parser.add_argument(
+        "--crd-dir",
+        type=Path,
+        default=DEFAULT_CRD_DIR,
+        help="directory with Kubeflow Trainer v2's and JobSet's CRD files for --validate "
+        "(default: ../shared/k8s/crds)",
     )
     args = parser.parse_args(argv)
     try:
@@ -230,7 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_CONFIG
         version = rendering.settings.kubernetes_version
         crd = args.crd if args.crd.is_file() else None
-        errors = [f"invalid {e}" for e in validation_errors(rendering, version, crd)]
+        if args.crd_dir != DEFAULT_CRD_DIR and not trainer_crds_present(args.crd_dir):
+            print(f"render: --crd-dir {args.crd_dir}: no Trainer v2 and JobSet CRD files", file=sys.stderr)
+            return EXIT_CONFIG
+        crd_dir = args.crd_dir if trainer_crds_present(args.crd_dir) else None
+        errors = [f"invalid {e}" for e in validation_errors(rendering, version, crd, crd_dir)]
         errors += [f"refused {line}" for line in view.admission.refusals]
         if errors:
             print("\n".join(f"render: {e}" for e in errors), file=sys.stderr)
@@ -239,6 +309,15 @@ def main(argv: list[str] | None = None) -> int:
         if any(o["kind"] == "PyTorchJob" for o in rendering.objects):
             checked.append(
                 "PyTorchJob: CRD schema" if crd else "PyTorchJob: not checked (no CRD file, see --crd)"
+            )
+        trainer_kinds = sorted(
+            {o["kind"] for o in rendering.objects if o["apiVersion"].startswith(TRAINER_GROUP)}
+        )
+        if trainer_kinds:
+            checked.append(
+                f"{', '.join(trainer_kinds)}: CRD schemas (strict), the runtime's JobSet template: JobSet's"
+                if crd_dir
+                else f"{', '.join(trainer_kinds)}: not checked (no CRD files, see --crd-dir)"
             )
         checked += [f"{kind}: not checked (no schema here)" for kind in unchecked_kinds(rendering)]
         checked.append(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.meta import BAD_INPUT_EXIT_CODES, CONTAINER, JobNames, labels
+from infra.program.meta import BAD_INPUT_EXIT_CODES, CONTAINER, PEER_LOST_EXIT_CODE, JobNames, labels
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
 
@@ -29,18 +30,94 @@ class JobInputs:
     after: tuple[pulumi.Resource, ...] = ()
 
 
+DONE_CONDITION = {"PyTorchJob": "Succeeded", "Job": "Complete", "TrainJob": "Complete"}
+
+
+def wait_annotations(kind: str, timeout_seconds: int) -> dict[str, str]:
+    """Make `pulumi up` wait until the job has ended, either way, for at most `timeout_seconds`.
+
+    pulumi-kubernetes's `pulumi.com/waitFor` can only end a wait successfully (a Failed condition never
+    fails it; it would run to the timeout). So the wait ends on whichever of the success condition
+    and `Failed` turns True first (one JSONPath filter; a JSON list of expressions would mean all of
+    them), and `failure_gate` then fails `pulumi up` when it was `Failed`.
+    """
+    done = DONE_CONDITION[kind]
+    return {
+        "pulumi.com/waitFor": (
+            "jsonpath={.status.conditions[?(@.status=='True' && "
+            f"(@.type=='{done}' || @.type=='Failed'))].type}}"
+        ),
+        "pulumi.com/timeoutSeconds": str(timeout_seconds),
+    }
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of a status as the provider returns it: a dict (custom resources) or a typed output."""
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def job_outcome(status: Any, kind: str, name: str) -> str:
+    """The job's final condition; raises (failing `pulumi up` with one line) when it is Failed."""
+    for condition in _field(status, "conditions") or []:
+        if _field(condition, "status") != "True":
+            continue
+        if _field(condition, "type") == "Failed":
+            reason, message = _field(condition, "reason") or "", _field(condition, "message") or ""
+            raise pulumi.RunError(
+                f"{kind} {name} failed ({reason}): {message}".rstrip(": ")
+                + "; its pods' logs say why (stack output logsCommand)"
+            )
+        if _field(condition, "type") == DONE_CONDITION[kind]:
+            return DONE_CONDITION[kind]
+    return "unknown (not awaited)"
+
+
+def failure_gate(job: pulumi.Resource, kind: str, name: str) -> pulumi.Output[str]:
+    """The job's outcome after Pulumi's wait; a Failed job fails the deployment (export it as a stack
+    output so it is awaited)."""
+    status: pulumi.Output[Any] = getattr(job, "status")  # noqa: B009 (resource outputs are attributes)
+    return status.apply(lambda s: job_outcome(s, kind, name))
+
+
+class KubeflowJob(pulumi.CustomResource):
+    """A Kubeflow custom resource with a readable `status` output (the SDK's CustomResource keeps only
+    apiVersion, kind and metadata), so `failure_gate` can read its conditions after the wait."""
+
+    status: pulumi.Output[Any]
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        metadata: k8s.meta.v1.ObjectMetaArgs,
+        spec: dict[str, Any],
+        opts: pulumi.ResourceOptions,
+        api_version: str = "kubeflow.org/v1",
+    ) -> None:
+        from pulumi_kubernetes import _utilities
+
+        props = {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": metadata,
+            "spec": spec,
+            "status": None,
+        }
+        version = pulumi.ResourceOptions(version=_utilities.get_version())
+        super().__init__(
+            f"kubernetes:{api_version}:{kind}", name, props, pulumi.ResourceOptions.merge(opts, version)
+        )
+
+
 def job_metadata(
-    settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str], done_condition: str
+    settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str], kind: str
 ) -> k8s.meta.v1.ObjectMetaArgs:
     """Name, labels (Kueue queue) and the annotations that tell Pulumi whether to wait for the run."""
     job_labels = labels(settings, "trainer")
     if settings.job_queue_name:
         job_labels["kueue.x-k8s.io/queue-name"] = settings.job_queue_name
     if settings.job_wait:
-        annotations = {
-            "pulumi.com/waitFor": f"condition={done_condition}",
-            "pulumi.com/timeoutSeconds": str(settings.job_wait_timeout_seconds),
-        }
+        annotations = wait_annotations(kind, settings.job_wait_timeout_seconds)
     else:
         annotations = {"pulumi.com/skipAwait": "true"}
     return k8s.meta.v1.ObjectMetaArgs(
@@ -119,11 +196,10 @@ class PyTorchJob(pulumi.ComponentResource):
             run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
         if settings.job_ttl_seconds_after_finished >= 0:
             run_policy["ttlSecondsAfterFinished"] = settings.job_ttl_seconds_after_finished
-        job = k8s.apiextensions.CustomResource(
+        job = KubeflowJob(
             f"{name}-job",
-            api_version="kubeflow.org/v1",
-            kind="PyTorchJob",
-            metadata=job_metadata(settings, inputs, namespace, "Succeeded"),
+            "PyTorchJob",
+            metadata=job_metadata(settings, inputs, namespace, "PyTorchJob"),
             spec={
                 "nprocPerNode": str(settings.job_procs_per_node),
                 "runPolicy": run_policy,
@@ -135,6 +211,11 @@ class PyTorchJob(pulumi.ComponentResource):
         )
         # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
         self.job_name = job.id.apply(lambda _: inputs.names.job)
+        self.outcome = (
+            failure_gate(job, "PyTorchJob", inputs.names.job)
+            if settings.job_wait
+            else pulumi.Output.from_input("not awaited (jobWait false)")
+        )
         self.register_outputs({"job_name": self.job_name})
 
 
@@ -209,7 +290,7 @@ class IndexedJob(pulumi.ComponentResource):
         )
         job = k8s.batch.v1.Job(
             f"{name}-job",
-            metadata=job_metadata(settings, inputs, namespace, "Complete"),
+            metadata=job_metadata(settings, inputs, namespace, "Job"),
             spec=k8s.batch.v1.JobSpecArgs(
                 completion_mode="Indexed",
                 completions=nodes,
@@ -233,6 +314,13 @@ class IndexedJob(pulumi.ComponentResource):
                                 container_name=CONTAINER, operator="In", values=list(BAD_INPUT_EXIT_CODES)
                             ),
                         ),
+                        # A lost peer is what retries are for: counted against the index's backoff.
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="Count",
+                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
+                                container_name=CONTAINER, operator="In", values=[PEER_LOST_EXIT_CODE]
+                            ),
+                        ),
                         # Evictions and preemptions are not the trainer's fault: do not count them.
                         k8s.batch.v1.PodFailurePolicyRuleArgs(
                             action="Ignore",
@@ -249,4 +337,9 @@ class IndexedJob(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),
         )
         self.job_name = job.metadata.name
+        self.outcome = (
+            failure_gate(job, "Job", names.job)
+            if settings.job_wait
+            else pulumi.Output.from_input("not awaited (jobWait false)")
+        )
         self.register_outputs({"job_name": self.job_name})

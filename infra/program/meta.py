@@ -12,6 +12,7 @@ JOB_LABEL = f"{PROJECT}.io/job"
 CONTAINER = "pytorch"  # the training operator finds the container by this name
 PORT_NAME = "pytorchjob-port"  # ...and the rendezvous port by this one
 BAD_INPUT_EXIT_CODES = (2, 3, 4)  # trainer: bad flags, bad data, rejected S3 credentials
+PEER_LOST_EXIT_CODE = 200  # trainer: a broken collective (a rank died or hung); retryable
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 

@@ -44,7 +44,15 @@ def trainer_args(settings: Settings, names: JobNames) -> list[str]:
         f"--backend={settings.backend}",
         f"--seed={settings.job_seed}",
         f"--dist-timeout={settings.job_dist_timeout_seconds}",
+        *([f"--export-to={model_export_uri(settings, names)}"] if settings.job_model_export else []),
     ]
+
+
+def model_export_uri(settings: Settings, names: JobNames) -> str:
+    """Where rank 0 uploads the run's model, metrics and their SHA256SUMS."""
+    return "/".join(
+        p for p in (f"s3://{settings.minio_bucket}", settings.minio_prefix, "models", names.job) if p
+    )
 
 
 def container_command(settings: Settings, names: JobNames) -> tuple[list[str], list[str]]:
@@ -94,16 +102,24 @@ def threads_per_process(settings: Settings) -> int:
 
 
 def _env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core.EnvVarArgs]:
-    env = [
-        core.EnvVarArgs(name="OMP_NUM_THREADS", value=str(threads_per_process(settings))),
-        core.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"),
-        core.EnvVarArgs(name="HOME", value="/tmp"),
-    ]
+    env = [core.EnvVarArgs(name="OMP_NUM_THREADS", value=str(threads_per_process(settings)))]
+    env += base_env()
     if settings.backend == "nccl":
         env += [
             core.EnvVarArgs(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1"),
             core.EnvVarArgs(name="NCCL_DEBUG", value="WARN"),
         ]
+    return env + s3_env(settings, secret_name)
+
+
+def base_env() -> list[core.EnvVarArgs]:
+    """What every container of ours needs on a read-only root: unbuffered output, HOME on /tmp."""
+    return [core.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"), core.EnvVarArgs(name="HOME", value="/tmp")]
+
+
+def s3_env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core.EnvVarArgs]:
+    """The S3 endpoint and region, and the key pair as references to the stack's Secret."""
+    env: list[core.EnvVarArgs] = []
     if settings.minio_endpoint:
         scheme = "https" if settings.minio_tls else "http"
         env += [
@@ -131,6 +147,11 @@ def _resources(settings: Settings) -> core.ResourceRequirementsArgs:
     if settings.job_gpus_per_node:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(settings.job_gpus_per_node)
     return core.ResourceRequirementsArgs(requests=requests, limits=limits)
+
+
+def container_resources(settings: Settings) -> core.ResourceRequirementsArgs:
+    """The trainer container's requests and limits (also a TrainJob's `resourcesPerNode`)."""
+    return _resources(settings)
 
 
 def _volumes(
@@ -207,6 +228,29 @@ def _tolerations(settings: Settings) -> list[dict[str, str]]:
     return tolerations
 
 
+def container_security() -> core.SecurityContextArgs:
+    """Pod Security 'restricted' for a container of ours: no escalation, no capabilities, read-only root."""
+    return core.SecurityContextArgs(
+        allow_privilege_escalation=False,
+        capabilities=core.CapabilitiesArgs(drop=["ALL"]),
+        read_only_root_filesystem=True,
+        run_as_non_root=True,
+    )
+
+
+def pod_security(settings: Settings) -> core.PodSecurityContextArgs:
+    """The pod level of 'restricted': the image's non-root user, volumes writable by it, RuntimeDefault."""
+    uid = settings.job_run_as_user
+    return core.PodSecurityContextArgs(
+        run_as_non_root=True,
+        run_as_user=uid,
+        run_as_group=uid,
+        fs_group=uid,
+        fs_group_change_policy="OnRootMismatch",
+        seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
+    )
+
+
 def pod_labels(settings: Settings, names: JobNames) -> dict[str, str]:
     return {**labels(settings, "trainer"), JOB_LABEL: names.job}
 
@@ -222,13 +266,16 @@ def pod_template(
     extra_env: Sequence[core.EnvVarArgs] = (),
     subdomain: str | None = None,
     restart_policy: str | None = None,
+    container_name: str = CONTAINER,
 ) -> core.PodTemplateSpecArgs:
-    """The trainer pod, Pod Security 'restricted', for any job kind, running as `service_account`."""
+    """The trainer pod, Pod Security 'restricted', for any job kind, running as `service_account`.
+
+    `container_name` is the name the job kind's controller looks for: `pytorch` for the training operator
+    v1, `node` for Kubeflow Trainer v2's torch plugin."""
     command, args = container_command(settings, names)
     volumes, mounts = _volumes(settings, data_claim, checkpoint_claim)
-    uid = settings.job_run_as_user
     container = core.ContainerArgs(
-        name=CONTAINER,
+        name=container_name,
         image=settings.job_image,
         image_pull_policy=settings.job_image_pull_policy,
         command=command,
@@ -237,12 +284,7 @@ def pod_template(
         ports=[core.ContainerPortArgs(name=PORT_NAME, container_port=settings.job_master_port)],
         resources=_resources(settings),
         volume_mounts=mounts,
-        security_context=core.SecurityContextArgs(
-            allow_privilege_escalation=False,
-            capabilities=core.CapabilitiesArgs(drop=["ALL"]),
-            read_only_root_filesystem=True,
-            run_as_non_root=True,
-        ),
+        security_context=container_security(),
     )
     return core.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(
@@ -267,13 +309,6 @@ def pod_template(
             or None,
             affinity=_affinity(settings, names),
             priority_class_name=settings.job_priority_class_name or None,
-            security_context=core.PodSecurityContextArgs(
-                run_as_non_root=True,
-                run_as_user=uid,
-                run_as_group=uid,
-                fs_group=uid,
-                fs_group_change_policy="OnRootMismatch",
-                seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault"),
-            ),
+            security_context=pod_security(settings),
         ),
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PROJECT = "ddp-mnist"
 
@@ -22,6 +22,10 @@ QUANTITY = re.compile(
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 K8S_VERSIONS = tuple(f"1.{minor}" for minor in range(29, 38))
+DEFAULT_MASTER_PORT = 23456  # the training operator v1's `pytorchjob-port` default
+# Kubeflow Trainer v2's torch plugin fixes the rendezvous port (PET_MASTER_PORT, the container port):
+# kubeflow/trainer v2.3.0 pkg/constants/constants.go ContainerTrainerPort.
+TRAINER_MASTER_PORT = 29500
 
 # The operator's init container image: upstream's default is alpine:3.10 by tag. This is the alpine:3.20
 # multi-arch index as pinned by several public repositories (nothing here can pull it); re-check with
@@ -183,7 +187,11 @@ class Settings(BaseModel):
     )
     minio_tls: bool = key("minioTls", True, "Reach the endpoint over https (true) or http (false).")
     minio_bucket: str = key("minioBucket", "mnist", "Bucket holding the MNIST files.")
-    minio_prefix: str = key("minioPrefix", "mnist", "Key prefix of the MNIST files inside the bucket.")
+    minio_prefix: str = key(
+        "minioPrefix",
+        "mnist",
+        "Key prefix inside the bucket: the MNIST files, and models/<job>/ when jobModelExport is on.",
+    )
     minio_region: str = key("minioRegion", "us-east-1", "Region name sent to the S3 API.")
     minio_existing_secret: str = key(
         "minioExistingSecret",
@@ -227,9 +235,55 @@ class Settings(BaseModel):
         "a multi-node PyTorchJob in a namespace enforcing 'restricted'.",
     )
 
+    # --- Kubeflow Trainer v2 (TrainJob) -------------------------------------------------------
+    trainer_install: bool = key(
+        "trainerInstall",
+        False,
+        "Install Kubeflow Trainer v2 (TrainJob, TrainingRuntime) with the JobSet controller it brings, "
+        "from the pinned upstream overlay manifests/overlays/manager; needed by jobKind trainjob unless "
+        "trainerPresent declares it installed.",
+    )
+    trainer_present: bool = key(
+        "trainerPresent",
+        False,
+        "With trainerInstall false: declare that Kubeflow Trainer v2 and JobSet are already in the "
+        "cluster (e.g. installed by the cluster's platform stack), so jobKind trainjob may be used.",
+    )
+    trainer_version: str = key(
+        "trainerVersion", "v2.3.0", "Pinned Kubeflow Trainer release tag (vMAJOR.MINOR.PATCH)."
+    )
+    trainer_source: str = key(
+        "trainerSource",
+        "",
+        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path or a git URL "
+        "with ?ref=<tag or commit>; empty uses the upstream manifests/overlays/manager at trainerVersion "
+        "(which pulls JobSet's release manifests from GitHub).",
+    )
+    trainer_image: str = key(
+        "trainerImage",
+        "",
+        "Image of the Trainer v2 controller manager (a mirror for air-gapped clusters), pinned; empty "
+        "keeps the overlay's own (ghcr.io/kubeflow/trainer/trainer-controller-manager at the tag).",
+    )
+    trainer_jobset_image: str = key(
+        "trainerJobSetImage",
+        "",
+        "Image of the JobSet controller the Trainer v2 overlay installs (a mirror for air-gapped "
+        "clusters), pinned; empty keeps the overlay's own (registry.k8s.io/jobset/jobset:v0.12.0).",
+    )
+    allow_both_operators: bool = key(
+        "allowBothOperators",
+        False,
+        "Allow one stack to install both the training operator v1 (operatorInstall) and Kubeflow "
+        "Trainer v2 (trainerInstall): two controllers, two webhooks, two sets of CRDs; off by default.",
+    )
+
     # --- training job ------------------------------------------------------------------------
-    job_kind: Literal["pytorchjob", "indexed-job"] = key(
-        "jobKind", "pytorchjob", "Kubeflow PyTorchJob, or a plain Indexed Job with a headless Service."
+    job_kind: Literal["pytorchjob", "indexed-job", "trainjob"] = key(
+        "jobKind",
+        "pytorchjob",
+        "Kubeflow PyTorchJob, a plain Indexed Job with a headless Service, or a Kubeflow Trainer v2 "
+        "TrainJob with a TrainingRuntime of its own.",
     )
     job_name: str = key("jobName", "mnist", "Base name of the job; the run id is appended.")
     job_run_id: str = key(
@@ -274,6 +328,32 @@ class Settings(BaseModel):
     )
     job_data_source: Literal["pvc", "s3"] = key(
         "jobDataSource", "pvc", "Read MNIST from the data PVC, or from the S3/MinIO bucket."
+    )
+    seed_source: Literal["https", "s3", "none"] = key(
+        "seedSource",
+        "https",
+        "Where the seed Job (run before the training job, when jobDataSource is pvc) takes MNIST from: "
+        "'https' the seedMirrors, 's3' the stack's bucket (minioBucket/minioPrefix), 'none' renders no "
+        "seed Job (the data PVC is filled by other means).",
+    )
+    seed_mirrors: list[str] = key(
+        "seedMirrors",
+        ["https://ossci-datasets.s3.amazonaws.com/mnist/"],
+        "HTTPS base URLs holding the four MNIST .gz files, tried in order; every file is checked against "
+        "the canonical sha256 of its raw content.",
+    )
+    seed_backoff_limit: int = key(
+        "seedBackoffLimit",
+        4,
+        "Retries of the seed Job after an unreachable source (bad input and bad data fail at once).",
+        ge=0,
+        le=20,
+    )
+    job_model_export: bool = key(
+        "jobModelExport",
+        False,
+        "At the end of a successful run rank 0 uploads model.pt, metrics.json and their SHA256SUMS to "
+        "s3://<minioBucket>/<minioPrefix>/models/<job>/ (the PVC copy stays).",
     )
     job_checkpoint_every: int = key(
         "jobCheckpointEvery", 1, "Checkpoint every N epochs (0: only at the end).", ge=0, le=1000
@@ -320,8 +400,10 @@ class Settings(BaseModel):
     job_restart_policy: Literal["OnFailure", "Never", "ExitCode"] = key(
         "jobRestartPolicy",
         "OnFailure",
-        "PyTorchJob replica restart policy: OnFailure restarts a failed replica (up to jobBackoffLimit "
-        "restarts); ExitCode fails at once on exit codes 1-127, bad input and a lost peer alike.",
+        "PyTorchJob replica restart policy: OnFailure restarts failed containers in place (jobBackoffLimit "
+        "incidents survived), bad input included; ExitCode fails at once on exit codes 1-127 (bad input) "
+        "and retries 128 and above (signals, 200 a lost peer) with new pods, which only "
+        "jobActiveDeadlineSeconds bounds (required with it).",
     )
     job_clean_pod_policy: Literal["None", "Running", "All"] = key(
         "jobCleanPodPolicy", "None", "PyTorchJob cleanPodPolicy: which pods to delete when the job ends."
@@ -342,7 +424,12 @@ class Settings(BaseModel):
         "Kueue ClusterQueue the stack's LocalQueue (jobQueueName) points at; it must exist in the cluster.",
     )
     job_master_port: int = key(
-        "jobMasterPort", 23456, "Rendezvous port of the master (node rank 0).", ge=1024, le=65535
+        "jobMasterPort",
+        DEFAULT_MASTER_PORT,
+        "Rendezvous port of the master (node rank 0). With jobKind trainjob the torch plugin fixes it "
+        "at 29500, which the default then stands for.",
+        ge=1024,
+        le=65535,
     )
     job_master_wait_seconds: int = key(
         "jobMasterWaitSeconds",
@@ -382,10 +469,34 @@ class Settings(BaseModel):
     )
 
     # --- field rules -------------------------------------------------------------------------
+    @model_validator(mode="before")
+    @classmethod
+    def _trainjob_master_port(cls, data: Any) -> Any:
+        """Under jobKind trainjob the default jobMasterPort (the v1 operator's 23456) stands for the
+        torch plugin's fixed 29500. The Pulumi CLI hands a program every key's default as if set, so
+        the default cannot be told apart from an explicit 23456; any other port is refused by a check."""
+        if not isinstance(data, dict) or data.get("jobKind", data.get("job_kind")) != "trainjob":
+            return data
+        port = data.get("jobMasterPort", data.get("job_master_port"))
+        if port is not None and str(port) != str(DEFAULT_MASTER_PORT):
+            return data
+        rest = {k: v for k, v in data.items() if k not in ("jobMasterPort", "job_master_port")}
+        return {**rest, "jobMasterPort": TRAINER_MASTER_PORT}
+
     @field_validator("namespace", "job_run_id")
     @classmethod
     def _dns_label(cls, value: str) -> str:
         return _dns(value, DNS_LABEL, "DNS-1123 label")
+
+    @field_validator("seed_mirrors")
+    @classmethod
+    def _https_mirrors(cls, value: list[str]) -> list[str]:
+        import re
+
+        for url in value:
+            if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d{1,5})?(/[^\s?#]*)?", url):
+                raise ValueError(f"a list of https:// base URLs ({url!r} is not one)")
+        return value
 
     @field_validator("job_dns_egress_cidrs")
     @classmethod
@@ -441,7 +552,7 @@ class Settings(BaseModel):
     def _optional_quantity(cls, value: str) -> str:
         return value and cls._quantity(value)
 
-    @field_validator("operator_version")
+    @field_validator("operator_version", "trainer_version")
     @classmethod
     def _release_tag(cls, value: str) -> str:
         if not re.fullmatch(r"v\d+\.\d+\.\d+", value):
@@ -453,7 +564,7 @@ class Settings(BaseModel):
     def _pinned_image(cls, value: str) -> str:
         return check_pinned_image(value)
 
-    @field_validator("operator_image")
+    @field_validator("operator_image", "trainer_image", "trainer_jobset_image")
     @classmethod
     def _optional_pinned_image(cls, value: str) -> str:
         return value and check_pinned_image(value)
@@ -472,6 +583,11 @@ class Settings(BaseModel):
         if self.job_backend != "auto":
             return self.job_backend
         return "nccl" if self.job_gpus_per_node > 0 else "gloo"
+
+    @property
+    def seeds_data(self) -> bool:
+        """Whether the stack renders the seed Job: the trainer reads the data PVC and a source is set."""
+        return self.job_data_source == "pvc" and self.seed_source != "none"
 
     @property
     def world_size(self) -> int:

@@ -12,8 +12,12 @@ from infra.program.credentials import ObjectStoreCredentials
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob
 from infra.program.meta import JOB_LABEL, job_names, labels
+from infra.program.podspec import model_export_uri
+from infra.program.seed import DataSeed
 from infra.program.settings import Settings
+from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
+from infra.program.trainjob import TrainJob
 
 
 def _namespace(settings: Settings) -> pulumi.Input[str]:
@@ -37,13 +41,16 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
 
 
 def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
-    """A platform stack: the cluster-level parts only (the training operator and its CRDs)."""
-    operator = TrainingOperator("training-operator", settings)
-    return {
-        "stackRole": settings.stack_role,
-        "operatorSource": operator.source,
-        "operatorInitContainerImage": settings.operator_init_container_image,
-    }
+    """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, their
+    CRDs), each as configured."""
+    outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
+    if settings.operator_install:
+        operator = TrainingOperator("training-operator", settings)
+        outputs["operatorSource"] = operator.source
+        outputs["operatorInitContainerImage"] = settings.operator_init_container_image
+    if settings.trainer_install:
+        outputs["trainerSource"] = TrainerV2("trainer-v2", settings).source
+    return outputs
 
 
 def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
@@ -63,8 +70,16 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     names = job_names(settings)
     identity = JobServiceAccount("identity", settings, names, namespace)
     after: tuple[pulumi.Resource, ...] = ()
+    seed = None
+    if settings.seeds_data:
+        seed = DataSeed(
+            "seed", settings, namespace, storage.data_claim, secret_name, identity.service_account_name
+        )
+        after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
     if settings.operator_install:
         after += (TrainingOperator("training-operator", settings),)
+    if settings.trainer_install:
+        after += (TrainerV2("trainer-v2", settings),)
     if settings.job_queue_name:
         after += (JobQueue("queue", settings, namespace),)
     if settings.job_network_policy:
@@ -79,14 +94,20 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         after=after,
     )
     if settings.job_kind == "pytorchjob":
-        job: PyTorchJob | IndexedJob = PyTorchJob("trainer", settings, inputs, namespace)
+        job: PyTorchJob | IndexedJob | TrainJob = PyTorchJob("trainer", settings, inputs, namespace)
         kind = "pytorchjob"
+    elif settings.job_kind == "trainjob":
+        job = TrainJob("trainer", settings, inputs, namespace)
+        kind = "trainjob"
     else:
         job = IndexedJob("trainer", settings, inputs, namespace)
         kind = "job"
     ns = settings.namespace
     return {
         "stackRole": settings.stack_role,
+        "jobOutcome": job.outcome,
+        "seedOutcome": seed.outcome if seed is not None else None,
+        "modelExport": model_export_uri(settings, names) if settings.job_model_export else None,
         "namespace": namespace,
         "jobKind": settings.job_kind,
         "jobName": job.job_name,

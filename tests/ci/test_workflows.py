@@ -121,7 +121,7 @@ def test_stack_operations_run_in_protected_environments_one_at_a_time():
 
 
 PLATFORM = {"gke-platform": "gcp", "aks-platform": "azure"}
-JOBS = {"gke-gpu": "gcp", "eks-gpu": "aws", "aks-gpu": "azure"}
+JOBS = {"gke-gpu": "gcp", "gke-trainjob": "gcp", "eks-gpu": "aws", "aks-gpu": "azure"}
 
 
 def _matrix(caller) -> dict[str, str]:

@@ -12,8 +12,9 @@ from infra.program.settings import PROJECT
 JOB_STACKS = [s for s in stack_names() if load_stack(s).values.get(f"{PROJECT}:stackRole") != "platform"]
 PLATFORM_STACKS = sorted(set(stack_names()) - set(JOB_STACKS))
 
-# The smallest valid config: the default storage preset (nfs-csi) needs a server.
-BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal"}
+# The smallest valid config: the default storage preset (nfs-csi) needs a server. Without a seed Job,
+# so that the training job is the stack's only workload (tests of the seed Job ask for it).
+BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal", "seedSource": "none"}
 
 
 def stack_config(
@@ -40,6 +41,19 @@ def one(rendering: Rendering, kind: str) -> dict[str, Any]:
     return obj
 
 
+def is_training_job(obj: dict[str, Any]) -> bool:
+    """The training job (not the seed Job): the workload labelled as the trainer component."""
+    return (
+        obj["kind"] in ("PyTorchJob", "TrainJob", "Job")
+        and obj["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+    )
+
+
+def training_job(rendering: Rendering) -> dict[str, Any]:
+    (job,) = [o for o in rendering.objects if is_training_job(o)]
+    return job
+
+
 def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
     """Every pod template of the training job, whichever kind it is."""
     templates = [
@@ -47,6 +61,11 @@ def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
         for j in by_kind(rendering, "PyTorchJob")
         for r in j["spec"]["pytorchReplicaSpecs"].values()
     ]
-    templates += [j["spec"]["template"] for j in by_kind(rendering, "Job")]
+    templates += [j["spec"]["template"] for j in by_kind(rendering, "Job") if is_training_job(j)]
+    templates += [  # a TrainJob's pods come from its TrainingRuntime's JobSet template
+        r["template"]["spec"]["template"]
+        for runtime in by_kind(rendering, "TrainingRuntime")
+        for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    ]
     assert templates, "no training job rendered"
     return templates

@@ -14,7 +14,7 @@ BAD_CONFIGS = [
     ({"jobNodes": "two"}, "config ddp-mnist:jobNodes=two is invalid: must be an integer"),
     (
         {"jobKind": "mpijob"},
-        "config ddp-mnist:jobKind=mpijob is invalid: must be one of 'pytorchjob' or 'indexed-job'",
+        "config ddp-mnist:jobKind=mpijob is invalid: must be one of 'pytorchjob', 'indexed-job' or 'trainjob'",
     ),
     (
         {"jobImage": "ghcr.io/acme/trainer:latest"},

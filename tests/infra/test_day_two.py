@@ -44,13 +44,20 @@ def test_reattach_adopts_the_retained_namespace_and_claim():
     assert _registration(render_config({}), "kubernetes:core/v1:Namespace").import_id == ""
 
 
+# What each platform stack installs: the operator v1 overlay, and on GKE Trainer v2's too.
+PLATFORM_INSTALLS = {
+    "aks-platform": ["standalone?ref=v1.9.4"],
+    "gke-platform": ["manager?ref=v2.3.0", "standalone?ref=v1.9.4"],
+}
+
+
 @pytest.mark.parametrize("name", PLATFORM_STACKS)
-def test_a_platform_stack_installs_only_the_operator(name):
+def test_a_platform_stack_installs_only_the_operators(name):
     rendering = render(load_stack(name))
     assert rendering.objects == []
     assert [r.type for r in rendering.registrations if r.custom] == []
-    (install,) = rendering.external
-    assert install.inputs["directory"].endswith("?ref=v1.9.4")
+    sources = sorted(r.inputs["directory"].rsplit("/", 1)[-1] for r in rendering.external)
+    assert sources == PLATFORM_INSTALLS[name]
     assert rendering.outputs["stackRole"] == "platform"
 
 

@@ -9,7 +9,7 @@ from infra.offline.manifest import render
 from infra.offline.stackconfig import load_stack
 from infra.program.isolation import EPHEMERAL_PORTS
 from infra.program.meta import JOB_LABEL
-from tests.infra.conftest import JOB_STACKS, by_kind, one, pod_templates, render_config
+from tests.infra.conftest import JOB_STACKS, by_kind, is_training_job, one, pod_templates, render_config
 
 STACKS = JOB_STACKS
 DNS_RULE = {
@@ -37,12 +37,13 @@ def _peer_ports(master_port=23456):
 @pytest.mark.parametrize("name", STACKS)
 def test_network_policy_selects_exactly_the_jobs_pods(name):
     rendering = render(load_stack(name))
-    policy = one(rendering, "NetworkPolicy")
+    (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "mnist-r1"]
     selector = policy["spec"]["podSelector"]
     assert selector == {"matchLabels": {JOB_LABEL: "mnist-r1"}}
     templates = pod_templates(rendering)
     assert all(_selects(selector, t["metadata"]["labels"]) for t in templates)
     others = [o for o in rendering.objects if o["kind"] not in ("PyTorchJob", "Job")]
+    others += [o["spec"]["template"] for o in by_kind(rendering, "Job") if not is_training_job(o)]
     assert others and not any(_selects(selector, o["metadata"].get("labels", {})) for o in others)
 
 

@@ -42,14 +42,18 @@ def test_render_writes_manifest_and_summary(tmp_path):
     assert "Job                    mnist-r1" in result.stdout
     assert "indexed nodes=2 procs/node=4 gpus/node=4 backend=nccl" in result.stdout
     assert "Pod (effective)        mnist-r1-1-xxxxx       Job/mnist-r1 Index node-rank=1" in result.stdout
-    assert result.stdout.count("admitted (restricted)") == 2
+    assert result.stdout.count("admitted (restricted)") == 3  # the seed Job's pod and two nodes
     # No PyTorchJob in this stack, so no word about its CRD schema.
     assert (
         "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: not checked (no schema "
-        "here); 2 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
+        "here); 3 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
     ) in result.stdout
     effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
-    assert [d["metadata"]["generateName"] for d in effective] == ["mnist-r1-0-", "mnist-r1-1-"]
+    assert [d["metadata"]["generateName"] for d in effective] == [
+        "ddp-mnist-seed-",
+        "mnist-r1-0-",
+        "mnist-r1-1-",
+    ]
     for written in ("eks-gpu.yaml", "eks-gpu.effective.yaml"):
         assert (tmp_path / written).stat().st_mode & 0o777 == 0o666 & ~_umask(), written
     documents = list(yaml.safe_load_all((tmp_path / "eks-gpu.yaml").read_text()))
@@ -60,8 +64,10 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "PersistentVolumeClaim",
         "ServiceAccount",
         "NetworkPolicy",
+        "NetworkPolicy",
         "Service",
         "LocalQueue",
+        "Job",
         "Job",
     ]
 
@@ -103,7 +109,9 @@ def test_unknown_stack_exits_2(tmp_path):
     result = _render("--stack", "prod", "--out", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.startswith("render: no stack 'prod'")
-    assert "(stacks: aks-gpu, aks-platform, dev, eks-gpu, gke-gpu, gke-platform)" in result.stderr
+    assert (
+        "(stacks: aks-gpu, aks-platform, dev, eks-gpu, gke-gpu, gke-platform, gke-trainjob)" in result.stderr
+    )
     assert list(tmp_path.iterdir()) == []
 
 

@@ -8,6 +8,7 @@ from infra.offline.cluster import cluster_view
 from infra.offline.manifest import render
 from infra.offline.podenv import container_env, node_argv
 from infra.offline.stackconfig import load_stack
+from infra.program.meta import BAD_INPUT_EXIT_CODES
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
@@ -237,7 +238,8 @@ def test_indexed_job_torchrun_arguments_per_node():
 def test_indexed_job_failure_rules():
     spec = one(render_config({"jobKind": "indexed-job", "jobBackoffLimit": 4}), "Job")["spec"]
     assert spec["backoffLimitPerIndex"] == 4
-    fail, ignore = spec["podFailurePolicy"]["rules"]
+    fail, count, ignore = spec["podFailurePolicy"]["rules"]
+    assert count["action"] == "Count" and count["onExitCodes"]["values"] == [200]
     assert fail == {
         "action": "FailJob",
         "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": [2, 3, 4]},
@@ -341,7 +343,9 @@ def test_wait_annotations_and_run_policy():
         "PyTorchJob",
     )
     assert job["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": "condition=Succeeded",
+        "pulumi.com/waitFor": (
+            "jsonpath={.status.conditions[?(@.status=='True' && (@.type=='Succeeded' || @.type=='Failed'))].type}"
+        ),
         "pulumi.com/timeoutSeconds": "900",
     }
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
@@ -376,7 +380,9 @@ def test_stack_outputs():
         "kubectl -n ddp-mnist-dev logs -f -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     )
     assert outputs["statusCommand"] == "kubectl -n ddp-mnist-dev get pytorchjob mnist-r1 -o wide"
-    assert "s3SecretName" not in outputs
+    assert outputs["s3SecretName"] == "minio-credentials"  # an existing Secret: referenced, never held
+    assert outputs["modelExport"] == "s3://mnist/mnist/models/mnist-r1"
+    assert "s3SecretName" not in render_config({}).outputs
 
 
 def test_labels_everywhere():
@@ -389,11 +395,21 @@ def test_labels_everywhere():
 
 def test_bad_input_codes_are_the_trainers():
     """The Indexed Job's FailJob rule and the trainer's exit codes are one contract."""
-    from infra.program.meta import BAD_INPUT_EXIT_CODES
     from trainer.errors import BAD_INPUT_EXIT_CODES as TRAINER_CODES
     from trainer.errors import EXIT_DATA, EXIT_S3_CREDENTIALS, EXIT_USAGE
 
     assert BAD_INPUT_EXIT_CODES == TRAINER_CODES == (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+
+
+def test_a_lost_peer_is_counted_against_the_index_backoff_and_is_the_trainers_retryable_code():
+    from infra.program.meta import PEER_LOST_EXIT_CODE
+    from trainer.errors import EXIT_PEER_LOST, RETRYABLE_EXIT_CODES
+
+    assert PEER_LOST_EXIT_CODE == EXIT_PEER_LOST and RETRYABLE_EXIT_CODES == (EXIT_PEER_LOST,)
+    assert EXIT_PEER_LOST >= 128 > max(BAD_INPUT_EXIT_CODES)  # the operator's ExitCode policy retries it
+    rules = one(render_config({"jobKind": "indexed-job"}), "Job")["spec"]["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in rules] == ["FailJob", "Count", "Ignore"]
+    assert rules[1]["onExitCodes"] == {"containerName": "pytorch", "operator": "In", "values": [200]}
 
 
 def test_operator_env_matches_the_documented_injection():

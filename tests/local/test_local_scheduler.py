@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -28,12 +29,34 @@ TWO_NODES = {
 }
 
 
+SHARED_MNIST = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
+
+
 def _plan(rendering: Rendering, tmp_path: Path) -> JobPlan:
+    """The training job, planned, over a data volume already seeded (what the seed Job does)."""
+    seeded = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.seed",
+            f"--from={SHARED_MNIST}",
+            f"--to={tmp_path}/pvc/ddp-mnist-data/mnist",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert seeded.returncode == 0, seeded.stderr
     return plan_stack(rendering, tmp_path, {})
 
 
 def _pod_spec(rendering: Rendering) -> dict:
-    job = next(o for o in rendering.objects if o["kind"] in ("Job", "PyTorchJob"))
+    job = next(
+        o
+        for o in rendering.objects
+        if o["metadata"]["name"] == "mnist-r1" and "spec" in o and o["kind"] in ("Job", "PyTorchJob")
+    )
     if job["kind"] == "Job":
         return job["spec"]["template"]["spec"]
     return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
@@ -59,7 +82,10 @@ def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
     assert job.output_dir == (tmp_path / "pvc" / "ddp-mnist-checkpoints" / "mnist-r1").resolve()
     assert "world_size=2" in output and "Succeeded" in output
     if kind == "pytorchjob":  # the operator's init container ran first, against the local name map
-        assert "[local] pod mnist-r1-worker-0: node rank 1; init containers init-pytorch first" in output
+        assert (
+            "[local] pytorchjob mnist-r1: pod mnist-r1-worker-0, node rank 1; init containers init-pytorch first"
+            in output
+        )
         assert "[mnist-r1-worker-0/init-pytorch] Name:\tmnist-r1-master-0" in output
         assert output.index("[mnist-r1-worker-0/init-pytorch] Name:") < output.index("[mnist-r1-worker-0] ")
 
@@ -133,10 +159,7 @@ def test_contract_break_fails_with_a_message_that_points_at_it(breaks, message, 
 
 
 def test_bad_input_fails_an_indexed_job_at_once(tmp_path):
-    from infra.offline.local.scheduler import prepare_data
-
     job = _plan(render_config({**TWO_NODES, "jobKind": "indexed-job", "jobBackoffLimit": 3}), tmp_path)
-    prepare_data(job, io.StringIO())
     images = tmp_path / "pvc" / "ddp-mnist-data" / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"
     images.write_bytes(images.read_bytes()[:1000])  # a truncated copy on the shared volume
     ok, reason, output = _run(job, timeout=120)
@@ -153,9 +176,6 @@ def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_p
         pod.argv.append("--train-limit=12800")  # shorter epochs; the rules under test are unchanged
     out = io.StringIO()
     supervisor = Supervisor(job, out, restart_delay=5)
-    from infra.offline.local.scheduler import prepare_data
-
-    prepare_data(job, out)
     result = []
     runner = threading.Thread(target=lambda: result.append(supervisor.run(300)))
     runner.start()
@@ -202,20 +222,6 @@ def test_cli_unknown_stack_exits_2(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.startswith("local: no stack 'nope'")
-
-
-def test_unseedable_data_is_one_line_and_exit_2(tmp_path, monkeypatch):
-    import infra.offline.local.scheduler as local
-
-    # No local copy: the --download path, which fails here (no internet, no usable torchvision).
-    monkeypatch.setattr(local, "SHARED_MNIST", tmp_path / "absent")
-    job = _plan(render_config(TWO_NODES), tmp_path)
-    from infra.offline.local.plan import PlanError
-
-    with pytest.raises(
-        PlanError, match=r"^could not seed MNIST into .*ddp-mnist-data/mnist \(trainer.seed exited"
-    ):
-        local.prepare_data(job, io.StringIO())
 
 
 def test_env_overrides_apply_before_the_command_is_expanded(tmp_path):
@@ -289,3 +295,83 @@ def test_cpu_flag_runs_a_gpu_job_on_cpu_with_gloo_same_nodes_and_processes(tmp_p
     ok, reason, output = _run(job)
     assert ok, f"{reason}\n{output[-3000:]}"
     assert json.loads((job.output_dir / "metrics.json").read_text())["world_size"] == 4
+
+
+def _rank_process(supervisor: Supervisor, pod: str, rank: int) -> int | None:
+    """The trainer process of global `rank` under a pod (torchrun starts it in a session of its own)."""
+    from infra.offline.local.scheduler import descendants
+
+    run = supervisor.procs[pod]
+    if run.proc is None:
+        return None
+    for pid in descendants(run.proc.pid):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ and b"LOCAL_RANK=0" in environ:
+            return pid
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("pytorchjob", {"jobRestartPolicy": "ExitCode", "jobActiveDeadlineSeconds": 900}),
+        ("indexed-job", {"jobBackoffLimit": 2}),
+    ],
+)
+def test_a_frozen_rank_restarts_the_job_which_resumes_and_finishes(kind, extra, tmp_path):
+    """A hung peer is an expected failure: the other rank exits 200 after the collective timeout, the
+    job's own rules retry it (ExitCode: a new pod, uncounted; Indexed Job: per-index backoff), and the
+    run resumes from its checkpoint and finishes with a real accuracy."""
+    values = {**TWO_NODES, "jobKind": kind, "jobEpochs": 2, "jobDistTimeoutSeconds": 30, **extra}
+    job = _plan(render_config(values), tmp_path)
+    for pod in job.pods:
+        pod.argv.append("--train-limit=12800")
+    master, worker = job.pods[0].name, job.pods[1].name
+    out = io.StringIO()
+    supervisor = Supervisor(job, out, restart_delay=2)
+    result: list = []
+    runner = threading.Thread(target=lambda: result.append(supervisor.run(600)))
+    runner.start()
+    checkpoint = job.output_dir / "ckpt-epoch-0001.pt"
+    deadline = time.monotonic() + 240
+    while not checkpoint.exists():
+        assert time.monotonic() < deadline and runner.is_alive(), out.getvalue()[-3000:]
+        time.sleep(0.05)
+    frozen = _rank_process(supervisor, worker, 1)
+    assert frozen is not None, out.getvalue()[-3000:]
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 120
+        while f"[local] pod {master} exited with 200" not in out.getvalue():
+            assert time.monotonic() < deadline and runner.is_alive(), out.getvalue()[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.kill(frozen, signal.SIGCONT)  # the hung rank comes back and finds its peer gone
+    runner.join(timeout=500)
+    assert result, f"the job did not end:\n{out.getvalue()[-4000:]}"
+    (outcome,) = result
+    output = out.getvalue()
+    assert outcome.succeeded, output[-4000:]
+    assert "trainer: peer lost: rank 0:" in output and "--dist-timeout=30s" in output
+    assert "resume checkpoint: " in output and "ckpt-epoch-0001.pt" in output
+    assert "trainer: resumed from" in output
+    if kind == "pytorchjob":
+        assert "(a new pod: the operator does not count it)" in output
+    metrics = json.loads((job.output_dir / "metrics.json").read_text())
+    assert [h["epoch"] for h in metrics["history"]][-1] == 2
+    assert metrics["final_test_accuracy"] >= 0.9
+
+
+def test_bad_data_under_exit_code_fails_at_once_with_no_retry(tmp_path):
+    values = {**TWO_NODES, "jobRestartPolicy": "ExitCode", "jobActiveDeadlineSeconds": 900}
+    job = _plan(render_config(values), tmp_path)
+    images = tmp_path / "pvc" / "ddp-mnist-data" / "mnist" / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:1000])
+    ok, reason, output = _run(job, timeout=120)
+    assert not ok
+    assert "exited with 3 (no retry for this exit code)" in reason and "trainer: data:" in reason
+    assert "restarting" not in output

@@ -10,7 +10,7 @@ from typing import Any
 
 from infra.offline.manifest import render
 from infra.offline.stackconfig import ROOT, load_stack
-from tests.infra.conftest import JOB_STACKS
+from tests.infra.conftest import JOB_STACKS, is_training_job
 
 POLICY_DIR = ROOT / "policy"
 if str(POLICY_DIR) not in sys.path:
@@ -30,7 +30,7 @@ def stack_objects(stack: str) -> list[dict[str, Any]]:
 
 
 def job_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    (job,) = [o for o in objects if o["kind"] in ("PyTorchJob", "Job")]
+    (job,) = [o for o in objects if is_training_job(o)]
     return job
 
 

@@ -2,8 +2,8 @@
 
 Every check of rendered objects misses what controllers add before anything runs: the training
 operator's env, init container and Services, the Job controller's pod names, hostnames and completion
-index. `derive` returns those effective objects, one module per workload kind (`pytorchjob`,
-`indexedjob`); a new kind is one more module registered in `DERIVERS`. Admission
+index, JobSet's Jobs. `derive` returns those effective objects, one module per workload kind
+(`pytorchjob`, `job`, `trainjob`); a new kind is one more module registered in `DERIVERS`. Admission
 (`infra.offline.admission`) then decides whether the API server accepts each pod, and the local
 scheduler runs exactly these pods.
 """
@@ -24,11 +24,14 @@ class Controllers:
 
     `operator_init_template` is the Go template of the training operator's Worker init containers
     (None: no operator in play), rendered with `operator_init_image` and `operator_max_tries`.
+    `rendered` is every object of the stack (`derive` fills it), for a controller that reads another
+    object than the workload: Kubeflow Trainer reads a TrainJob's TrainingRuntime.
     """
 
     operator_init_template: str | None = None
     operator_init_image: str = ""
     operator_max_tries: int = 100
+    rendered: tuple[Obj, ...] = field(default=(), compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,11 @@ def is_workload(obj: Mapping[str, Any]) -> bool:
 
 def derive(objects: list[Obj], controllers: Controllers) -> Effective:
     """The effective pods and Services of every workload among `objects`, in their order."""
-    from infra.offline.effective import indexedjob, pytorchjob  # noqa: F401 (registers the kinds)
+    import dataclasses
 
+    from infra.offline.effective import job, pytorchjob, trainjob  # noqa: F401 (registers the kinds)
+
+    controllers = dataclasses.replace(controllers, rendered=tuple(copy.deepcopy(objects)))
     effective = Effective()
     for obj in objects:
         fn = DERIVERS.get((_group(obj.get("apiVersion", "")), obj.get("kind", "")))

@@ -31,10 +31,13 @@ class PlanError(ValueError):
 class RestartRule:
     """When a failed pod is started again, following the rendered object's own rules."""
 
-    kind: str  # "pytorchjob" | "indexed-job"
-    policy: str  # PyTorchJob replica restartPolicy, or "Never" for Indexed Jobs
-    backoff_limit: int  # PyTorchJob: restarts for the whole job; Indexed Job: per index
-    fail_job_codes: tuple[int, ...] = ()  # podFailurePolicy FailJob exit codes
+    kind: str  # "pytorchjob" | "indexed-job" | "job" | "trainjob"
+    policy: str  # PyTorchJob replica restartPolicy, or "Never" for Jobs
+    # PyTorchJob: restarts for the whole job; Indexed Job: per index; Job: all pods; TrainJob: restarts
+    # of the whole JobSet (failurePolicy.maxRestarts)
+    backoff_limit: int
+    fail_job_codes: tuple[int, ...] = ()  # podFailurePolicy FailJob exit codes (TrainJob: when final)
+    job_backoff_limit: int = 0  # TrainJob: retries of failed pods within a node Job before it fails
 
     def exhausted(self, pod_restarts: int, job_restarts: int) -> bool:
         """Whether the failed pod's restart would fail the job, counted as its controller counts.
@@ -44,10 +47,16 @@ class RestartRule:
         the sum there is the last. ExitCode: each retry is a new pod whose restart count starts at 0,
         so retries are never counted (only backoffLimit 0 fails at the first failure; a deadline
         bounds the rest). Indexed Job: an index fails after backoffLimitPerIndex retries, and with
-        maxFailedIndexes 0 so does the job.
+        maxFailedIndexes 0 so does the job. TrainJob (JobSet v0.12.0 `pkg/controllers/failure_policy.go`
+        restartJobSetActionApplier): a failed node Job restarts the whole JobSet, and the JobSet fails
+        once `maxRestarts` restarts have been made; `job_restarts` counts those restarts.
         """
+        if self.kind == "trainjob":
+            return job_restarts >= self.backoff_limit
         if self.kind == "indexed-job":
             return pod_restarts >= self.backoff_limit
+        if self.kind == "job":  # a NonIndexed Job fails after backoffLimit retries of its pods together
+            return job_restarts >= self.backoff_limit
         if self.policy == "ExitCode":
             return self.backoff_limit == 0
         return job_restarts + 1 >= self.backoff_limit
@@ -96,11 +105,13 @@ class JobPlan:
         return Path(where) if where else None
 
 
-def training_job(objects: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    jobs = [o for o in objects if o["kind"] in ("PyTorchJob", "Job")]
-    if len(jobs) != 1:
-        raise PlanError(f"expected one training job (PyTorchJob or Job), found {len(jobs)}")
-    return jobs[0]
+def workloads(objects: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> list[Mapping[str, Any]]:
+    """The stack's workloads (PyTorchJobs, TrainJobs and Jobs) in the order `order` gives their names
+    (the order the program's dependencies impose: the seed Job before the training job)."""
+    found = [o for o in objects if o["kind"] in ("PyTorchJob", "TrainJob", "Job")]
+    if not found:
+        raise PlanError("the stack renders no workload (PyTorchJob, TrainJob or Job) to run")
+    return sorted(found, key=lambda o: order.get(o["metadata"]["name"], len(order)))
 
 
 def _mounts(
@@ -137,12 +148,65 @@ def localize(value: str, mounts: Mapping[str, Path]) -> str:
 
 
 def _pod_dns(job: str, service: str | None) -> re.Pattern[str]:
-    names = rf"{re.escape(job)}-(?:master-0|worker-\d+|\d+)"
+    # PyTorchJob replicas, Indexed Job pods, JobSet pods (`<jobset>-<replicatedJob>-<job>-<index>`)
+    names = rf"{re.escape(job)}-(?:master-0|worker-\d+|\d+|[a-z][-a-z0-9]*-\d+-\d+)"
     domain = rf"(?:\.{re.escape(service)}(?:\..*)?)?" if service else r"(?:\..*)?"
     return re.compile(rf"^{names}{domain}$")
 
 
-def _restart_rule(job: Mapping[str, Any]) -> tuple[RestartRule, int | None]:
+def _trainjob_rule(job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]]) -> RestartRule:
+    """A TrainJob's rules, from the JobSet its runtime makes: the trainer replicatedJob's Job backoff and
+    podFailurePolicy, and the JobSet failurePolicy's first rule matching each Job failure reason
+    (none matching: RestartJobSet; no failurePolicy: the first failed Job fails the JobSet)."""
+    from infra.offline.effective.trainjob import ANCESTOR_LABEL, ANCESTOR_TRAINER, jobset_for, runtime_of
+
+    jobset = jobset_for(dict(job), runtime_of(dict(job), [dict(o) for o in objects]))
+    rjobs = jobset["spec"]["replicatedJobs"]
+    rjob = next(
+        (
+            r
+            for r in rjobs
+            if r["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL) == ANCESTOR_TRAINER
+        ),
+        rjobs[0],
+    )
+    job_spec = rjob["template"]["spec"]
+    failure = jobset["spec"].get("failurePolicy")
+
+    def action(reason: str) -> str:
+        if failure is None:
+            return "FailJobSet"
+        for rule in failure.get("rules", []):
+            reasons, targets = rule.get("onJobFailureReasons"), rule.get("targetReplicatedJobs")
+            if (not reasons or reason in reasons) and (not targets or rjob["name"] in targets):
+                return str(rule["action"])
+        return "RestartJobSet"
+
+    codes = tuple(
+        code
+        for rule in job_spec.get("podFailurePolicy", {}).get("rules", [])
+        if rule["action"] == "FailJob"
+        for code in rule.get("onExitCodes", {}).get("values", [])
+    )
+    unbounded = 2**31 - 1  # RestartJobSetAndIgnoreMaxRestarts
+    restarts = {
+        "RestartJobSet": int((failure or {}).get("maxRestarts", 0)),
+        "RestartJobSetAndIgnoreMaxRestarts": unbounded,
+    }.get(action("BackoffLimitExceeded"), 0)
+    return RestartRule(
+        "trainjob",
+        "Never",
+        restarts,
+        codes if action("PodFailurePolicy") == "FailJobSet" else (),
+        job_backoff_limit=int(job_spec.get("backoffLimit", 6)),
+    )
+
+
+def _restart_rule(
+    job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]] = ()
+) -> tuple[RestartRule, int | None]:
+    if job["kind"] == "TrainJob":
+        return _trainjob_rule(job, objects), job["spec"].get("activeDeadlineSeconds")
     if job["kind"] == "PyTorchJob":
         replicas = job["spec"]["pytorchReplicaSpecs"]
         run_policy = job["spec"].get("runPolicy", {})
@@ -153,15 +217,15 @@ def _restart_rule(job: Mapping[str, Any]) -> tuple[RestartRule, int | None]:
         )
         return rule, run_policy.get("activeDeadlineSeconds")
     spec = job["spec"]
+    kind = "indexed-job" if spec.get("completionMode") == "Indexed" else "job"
     codes = tuple(
         code
         for rule in spec.get("podFailurePolicy", {}).get("rules", [])
         if rule["action"] == "FailJob"
         for code in rule.get("onExitCodes", {}).get("values", [])
     )
-    return RestartRule("indexed-job", "Never", int(spec.get("backoffLimitPerIndex", 0)), codes), spec.get(
-        "activeDeadlineSeconds"
-    )
+    limit = spec.get("backoffLimitPerIndex", 0) if kind == "indexed-job" else spec.get("backoffLimit", 6)
+    return RestartRule(kind, "Never", int(limit), codes), spec.get("activeDeadlineSeconds")
 
 
 def local_name(pod: EffectivePod) -> str:
@@ -202,22 +266,29 @@ def _local_container(
 
 
 def plan(
-    objects: Sequence[Mapping[str, Any]],
+    job: Mapping[str, Any],
     pods: Sequence[EffectivePod],
     root: Path,
     master_port: int,
     secret_value: Callable[[str, str], str],
     overrides: Mapping[str, str] | None = None,
+    objects: Sequence[Mapping[str, Any]] = (),
 ) -> JobPlan:
-    """Every local pod of the rendered training job, from its effective (admitted) pods, ready to start;
-    `overrides` replace env vars before the commands' `$(VAR)` references are expanded."""
-    job = training_job(objects)
+    """Every local pod of a rendered workload, from its effective (admitted) pods, ready to start;
+    `overrides` replace env vars before the commands' `$(VAR)` references are expanded. `objects`
+    (the stack's rendered objects) hold what a TrainJob references: its TrainingRuntime."""
     name = job["metadata"]["name"]
-    restart, deadline = _restart_rule(job)
-    service = None if job["kind"] == "PyTorchJob" else job["spec"]["template"]["spec"].get("subdomain")
+    restart, deadline = _restart_rule(job, objects)
+    owned = [p for p in pods if p.owner == f"{job['kind']}/{name}"]
+    if job["kind"] == "PyTorchJob":
+        service = None
+    elif job["kind"] == "TrainJob":  # the JobSet's subdomain, on every pod
+        service = owned[0].spec.get("subdomain") if owned else None
+    else:
+        service = job["spec"]["template"]["spec"].get("subdomain")
     dns = _pod_dns(name, service)
     local_pods, volumes = [], {}
-    for pod in pods:
+    for pod in owned:
         pod_name = local_name(pod)
         args = (root, pod_name, secret_value, dns, master_port, overrides or {})
         main, claims = _local_container(pod.spec["containers"][0], pod, *args)

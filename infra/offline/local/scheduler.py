@@ -28,25 +28,20 @@ import tempfile
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from infra.offline.cluster import cluster_view
-from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, training_job
+from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, workloads
+from infra.offline.local.s3 import LocalS3Error, local_s3
 from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
 from infra.program.settings import Settings
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
-MNIST_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
 
 
 @dataclass
@@ -247,6 +242,7 @@ class Supervisor:
         restarts: dict[str, int] = defaultdict(int)
         succeeded: set[str] = set()
         waiting: dict[str, float] = {}  # pod -> when it starts again
+        jobset_restarts = 0  # TrainJob: restarts of the whole JobSet
         for pod in job.pods:
             self.start(pod)
         try:
@@ -275,14 +271,39 @@ class Supervisor:
                             self._failure(pod, code, "no retry for this exit code"),
                             time.monotonic() - started,
                         )
-                    if rule.exhausted(restarts[pod.name], sum(restarts.values())):
+                    if job.kind == "trainjob" and sum(restarts.values()) >= rule.job_backoff_limit:
+                        # Its node Job has failed: JobSet recreates every Job (every pod), or fails.
+                        if rule.exhausted(0, jobset_restarts):
+                            return JobResult(
+                                False,
+                                self._failure(pod, code, "JobSet maxRestarts reached"),
+                                time.monotonic() - started,
+                            )
+                        jobset_restarts += 1
+                        self.say(
+                            f"[local] pod {pod.name} exited with {code}: its Job failed; JobSet restarts "
+                            f"every pod in {self.restart_delay:.0f}s ({jobset_restarts}/{rule.backoff_limit} "
+                            "restarts of the JobSet)"
+                        )
+                        self.stop_all()  # the old Jobs are deleted, their pods with them
+                        restarts.clear()
+                        succeeded.clear()
+                        waiting = dict.fromkeys((p.name for p in job.pods), now + self.restart_delay)
+                        break
+                    if job.kind != "trainjob" and rule.exhausted(restarts[pod.name], sum(restarts.values())):
                         return JobResult(
                             False,
                             self._failure(pod, code, "backoff limit reached"),
                             time.monotonic() - started,
                         )
-                    if job.kind == "indexed-job":
+                    if job.kind == "trainjob":
+                        count = (
+                            f"{sum(restarts.values()) + 1}/{rule.job_backoff_limit} pod retries of its Job"
+                        )
+                    elif job.kind == "indexed-job":
                         count = f"{restarts[pod.name] + 1}/{rule.backoff_limit}"
+                    elif job.kind == "job":
+                        count = f"{sum(restarts.values()) + 1}/{rule.backoff_limit} retries of the Job"
                     elif rule.policy == "ExitCode":
                         count = "a new pod: the operator does not count it"
                     else:
@@ -305,26 +326,6 @@ class Supervisor:
         while time.monotonic() < grace and any(r.poll() is None for r in self.procs.values()):
             time.sleep(0.2)
         return JobResult(True, "succeeded", time.monotonic() - started)
-
-
-def prepare_data(job: JobPlan, out: TextIO) -> None:
-    """Seeds the local data volume with MNIST when the job reads a directory that lacks it."""
-    data = next((a.split("=", 1)[1] for a in job.pods[0].argv if a.startswith("--data=")), None)
-    if data is None or data.startswith("s3://"):
-        return
-    root = Path(data)
-    if all(
-        any((d / f"{name}{ext}").is_file() for d in (root, root / "MNIST" / "raw") for ext in ("", ".gz"))
-        for name in MNIST_FILES
-    ):
-        return
-    source = ["--from", str(SHARED_MNIST)] if SHARED_MNIST.is_dir() else ["--download"]
-    print(f"[local] seeding {root} with MNIST ({' '.join(source)})", file=out, flush=True)
-    seeded = subprocess.run([sys.executable, "-m", "trainer.seed", *source, "--to", str(root)], cwd=ROOT)
-    if seeded.returncode != 0:
-        raise PlanError(
-            f"could not seed MNIST into {root} (trainer.seed exited {seeded.returncode}, see above)"
-        )
 
 
 def report(job: JobPlan, result: JobResult, out: TextIO) -> None:
@@ -351,15 +352,105 @@ class PodsRefused(Exception):
         super().__init__(f"job {job} cannot start: its pods are refused at admission")
 
 
-def plan_stack(rendering: Rendering, root: Path, overrides: dict[str, str]) -> JobPlan:
-    """The stack's job planned from its effective pods, once admission accepts all of them."""
+def dependency_order(rendering: Rendering) -> dict[str, int]:
+    """Workload object name -> position, so that a workload comes after those it depends on."""
+    regs = {r.name: r for r in rendering.registrations if r.custom}
+
+    def depth(name: str, seen: frozenset[str] = frozenset()) -> int:
+        deps = [d for d in regs[name].dependencies if d in regs and d not in seen]
+        return 1 + max((depth(d, seen | {name}) for d in deps), default=0)
+
+    return {
+        r.inputs["metadata"]["name"]: depth(r.name)
+        for r in regs.values()
+        if r.type
+        in (
+            "kubernetes:batch/v1:Job",
+            "kubernetes:kubeflow.org/v1:PyTorchJob",
+            "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob",
+        )
+    }
+
+
+def plan_workloads(rendering: Rendering, root: Path, overrides: dict[str, str]) -> list[JobPlan]:
+    """Every workload of the stack, in dependency order, planned from its effective pods once
+    admission accepts all of them."""
     view = cluster_view(rendering.objects, rendering.settings)
+    ordered = workloads(rendering.objects, dependency_order(rendering))
     if view.admission.refusals:
-        job = training_job(rendering.objects)["metadata"]["name"]
-        raise PodsRefused(job, view.admission.refusals)
-    return plan(
-        rendering.objects, view.admission.pods, root, free_port(), stack_secret_resolver(rendering), overrides
+        raise PodsRefused(ordered[-1]["metadata"]["name"], view.admission.refusals)
+    stack_secret = stack_secret_resolver(rendering)
+
+    def resolver(name: str, key: str) -> str:
+        # An override (a local stand-in's keys, or --env) replaces the variable the Secret would set.
+        return overrides[key] if key in overrides else stack_secret(name, key)
+
+    return [
+        plan(w, view.admission.pods, root, free_port(), resolver, overrides, rendering.objects)
+        for w in ordered
+    ]
+
+
+def plan_stack(rendering: Rendering, root: Path, overrides: dict[str, str]) -> JobPlan:
+    """The stack's training job (its last workload), planned."""
+    return plan_workloads(rendering, root, overrides)[-1]
+
+
+def uses_stack_s3(settings: Settings) -> bool:
+    return bool(settings.minio_endpoint) and (
+        settings.job_data_source == "s3"
+        or (settings.seeds_data and settings.seed_source == "s3")
+        or settings.job_model_export
     )
+
+
+@contextlib.contextmanager
+def local_services(
+    rendering: Rendering, root: Path, overrides: dict[str, str], out: TextIO
+) -> Iterator[dict[str, str]]:
+    """Stand-ins for the cluster services the stack uses, as env overrides for its pods; says so."""
+    settings = rendering.settings
+    if not uses_stack_s3(settings) or "AWS_ENDPOINT_URL" in overrides:
+        yield {}
+        return
+    try:
+        with local_s3(root / "s3") as s3:
+            scheme = "https" if settings.minio_tls else "http"
+            print(
+                f"[local] S3 endpoint {scheme}://{settings.minio_endpoint} is a local stand-in here: "
+                f"SeaweedFS at {s3.endpoint} (data in {root / 's3'}), with keys made for this run in place "
+                "of the stack's Secret",
+                file=out,
+                flush=True,
+            )
+            if settings.seeds_data and settings.seed_source == "s3" or settings.job_data_source == "s3":
+                fill_bucket(settings, s3.env(), out)
+            yield s3.env()
+    except LocalS3Error as exc:
+        raise PlanError(f"the stack's S3 endpoint needs a local stand-in: {exc}") from None
+
+
+def fill_bucket(settings: Settings, env: dict[str, str], out: TextIO) -> None:
+    """Put MNIST in the stand-in's bucket once (what someone does for the cluster's MinIO), from
+    ../shared/data/mnist when present, else from the stack's HTTPS mirrors."""
+    target = f"s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/")
+    if SHARED_MNIST.is_dir():
+        source = [f"--from={SHARED_MNIST}"]
+    else:
+        source = [f"--mirror={url}" for url in settings.seed_mirrors]
+    seeded = subprocess.run(
+        [sys.executable, "-m", "trainer.seed", *source, f"--to={target}"],
+        cwd=ROOT,
+        env={**os.environ, **env, "AWS_REGION": settings.minio_region},
+        capture_output=True,
+        text=True,
+    )
+    for line in (seeded.stdout + seeded.stderr).splitlines():
+        print(f"[local] {line}", file=out, flush=True)
+    if seeded.returncode != 0:
+        raise PlanError(
+            f"could not fill the local S3 bucket {target} (trainer.seed exited {seeded.returncode})"
+        )
 
 
 def visible_gpus() -> int:
@@ -409,21 +500,42 @@ def run_stack(
     out: TextIO = sys.stdout,
     cpu: bool = False,
 ) -> tuple[JobPlan, JobResult]:
+    """Every workload of the stack, in dependency order, each to its end; stops at the first failure."""
     rendering = render(load_stack(stack_name))
     if not cpu:
         check_gpus(stack_name, rendering.settings)
-    job = plan_stack(rendering, workdir / stack_name, overrides)
-    if cpu:
-        on_cpu(job, rendering.settings, out)
-    return run_plan(job, timeout, out)
+    return run_rendering(rendering, workdir / stack_name, timeout, overrides, out, cpu)
+
+
+def run_rendering(
+    rendering: Rendering,
+    root: Path,
+    timeout: float,
+    overrides: dict[str, str],
+    out: TextIO = sys.stdout,
+    cpu: bool = False,
+) -> tuple[JobPlan, JobResult]:
+    """`run_stack` for a rendering already made (tests render edited configs through here)."""
+    view = cluster_view(rendering.objects, rendering.settings)
+    if view.admission.refusals:  # admission first: a refused pod starts nothing
+        last = workloads(rendering.objects, dependency_order(rendering))[-1]
+        raise PodsRefused(last["metadata"]["name"], view.admission.refusals)
+    with local_services(rendering, root, overrides, out) as service_env:
+        plans = plan_workloads(rendering, root, {**service_env, **overrides})
+        if cpu:
+            on_cpu(plans[-1], rendering.settings, out)
+        for job in plans:
+            job, result = run_plan(job, timeout, out)
+            if not result.succeeded:
+                break
+    return job, result
 
 
 def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
-    """Runs an already planned job (tests plan edited renderings through here)."""
-    prepare_data(job, out)
+    """Runs an already planned workload (tests plan edited renderings through here)."""
     for pod in job.pods:
         init = ", ".join(c.name for c in pod.init)
-        line = f"[local] pod {pod.name}: node rank {pod.index}"
+        line = f"[local] {job.kind} {job.job_name}: pod {pod.name}, node rank {pod.index}"
         if init:
             line += f"; init containers {init} first (their nslookup: a local stand-in for cluster DNS)"
         print(line, file=out, flush=True)

@@ -1,7 +1,8 @@
-"""An Indexed Job's pods as the Kubernetes Job controller (1.33) creates them.
+"""A Job's pods as the Kubernetes Job controller (1.33) creates them.
 
 Upstream (kubernetes/kubernetes, `pkg/controller/job/job_controller.go` `manageJob` and
-`indexed_job_utils.go`): per completion index one pod from the Job's template with
+`indexed_job_utils.go`): a NonIndexed Job's pods are named `<job>-` plus 5 random characters; an
+Indexed Job gets per completion index one pod from the Job's template with
 generateName `<job>-<index>-` (`podGenerateNameWithIndex`), hostname `<job>-<index>`, the
 `batch.kubernetes.io/job-completion-index` annotation and label (PodIndexLabel, GA), the
 `batch.kubernetes.io/job-index-failure-count` annotation when `backoffLimitPerIndex` is set, the
@@ -29,6 +30,30 @@ def generate_name(job: str, index: int) -> str:
     )
 
 
+def _controller_labels(meta: Obj, name: str) -> None:
+    """The labels the API server adds to a Job's template when it generates the selector."""
+    meta.setdefault("labels", {}).update(
+        {
+            "batch.kubernetes.io/controller-uid": "<uid>",
+            "batch.kubernetes.io/job-name": name,
+            "controller-uid": "<uid>",
+            "job-name": name,
+        }
+    )
+    meta["finalizers"] = [*meta.get("finalizers", []), TRACKING_FINALIZER]
+
+
+def _non_indexed(job: Obj) -> Effective:
+    spec, name = job["spec"], job["metadata"]["name"]
+    count = min(int(spec.get("parallelism", 1)), int(spec.get("completions", 1)))
+    effective = Effective()
+    for index in range(count):
+        pod = pod_from_template(spec["template"], None, job["metadata"].get("namespace", ""), f"{name}-")
+        _controller_labels(pod["metadata"], name)
+        effective.pods.append(EffectivePod(f"Job/{name}", "Pod", index, index, pod))
+    return effective
+
+
 def _add_index_env(container: Obj) -> None:
     if any(e.get("name") == "JOB_COMPLETION_INDEX" for e in container.get("env", [])):
         return
@@ -45,8 +70,8 @@ def _add_index_env(container: Obj) -> None:
 def derive(job: Obj, controllers: Controllers) -> Effective:
     del controllers  # the Job controller's behaviour does not depend on the stack
     spec = job["spec"]
-    if spec.get("completionMode") != "Indexed":
-        raise ValueError(f"Job {job['metadata']['name']}: only Indexed Jobs are modelled")
+    if spec.get("completionMode", "NonIndexed") != "Indexed":
+        return _non_indexed(job)
     name = job["metadata"]["name"]
     namespace = job["metadata"].get("namespace", "")
     effective = Effective()
@@ -54,20 +79,12 @@ def derive(job: Obj, controllers: Controllers) -> Effective:
     for index in range(count):
         pod = pod_from_template(spec["template"], None, namespace, generate_name(name, index))
         meta = pod["metadata"]
-        meta.setdefault("labels", {}).update(
-            {
-                "batch.kubernetes.io/controller-uid": "<uid>",
-                "batch.kubernetes.io/job-name": name,
-                "controller-uid": "<uid>",
-                "job-name": name,
-                INDEX_KEY: str(index),
-            }
-        )
+        _controller_labels(meta, name)
+        meta["labels"][INDEX_KEY] = str(index)
         annotations = meta.setdefault("annotations", {})
         annotations[INDEX_KEY] = str(index)
         if spec.get("backoffLimitPerIndex") is not None:
             annotations[FAILURE_COUNT_KEY] = "0"
-        meta["finalizers"] = [*meta.get("finalizers", []), TRACKING_FINALIZER]
         pod["spec"]["hostname"] = f"{name}-{index}"
         for container in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]:
             _add_index_env(container)

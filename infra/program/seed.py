@@ -1,0 +1,181 @@
+"""The seed Job: puts MNIST on the data PVC before the training job starts.
+
+A fresh cluster's data PVC is empty, and the trainer exits 3 on it. This batch/v1 Job runs the same
+image (`python -m trainer.seed`), Pod Security 'restricted', with no service-account token, under a
+NetworkPolicy of its own (DNS and its source only, no ingress). It takes MNIST from the stack's
+bucket (credentials from the stack's Secret) or from HTTPS mirrors checked against the canonical
+sha256 of every file, and exits 0 at once when the PVC already holds verified data. The training job
+depends on it, so `pulumi up` creates the training job only once seeding has completed.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.program.isolation import dns_peers, job_pods, s3_destination
+from infra.program.jobs import failure_gate, replace_on_any_change, wait_annotations
+from infra.program.meta import BAD_INPUT_EXIT_CODES, DATA_MOUNT, JOB_LABEL, JobNames, labels
+from infra.program.podspec import base_env, container_security, pod_security, s3_env
+from infra.program.settings import PROJECT, Settings
+
+core = k8s.core.v1
+net = k8s.networking.v1
+SEED_JOB = f"{PROJECT}-seed"
+CONTAINER = "seed"
+HTTPS = 443
+
+
+def seed_args(settings: Settings) -> list[str]:
+    """`python -m trainer.seed` flags: the data PVC's MNIST root, and the source."""
+    args = [f"--to={DATA_MOUNT}/mnist"]
+    if settings.seed_source == "s3":
+        return [*args, f"--from=s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/")]
+    return [*args, *(f"--mirror={url}" for url in settings.seed_mirrors)]
+
+
+def seed_pod_template(
+    settings: Settings,
+    data_claim: pulumi.Input[str],
+    secret_name: pulumi.Input[str] | None,
+    service_account: pulumi.Input[str] | None,
+) -> core.PodTemplateSpecArgs:
+    empty = core.EmptyDirVolumeSourceArgs
+    container = core.ContainerArgs(
+        name=CONTAINER,
+        image=settings.job_image,
+        image_pull_policy=settings.job_image_pull_policy,
+        command=["python", "-m", "trainer.seed"],
+        args=seed_args(settings),
+        env=[*base_env(), *(s3_env(settings, secret_name) if settings.seed_source == "s3" else [])],
+        resources=core.ResourceRequirementsArgs(
+            requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
+        ),
+        volume_mounts=[
+            core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT),
+            core.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        ],
+        security_context=container_security(),
+    )
+    return core.PodTemplateSpecArgs(
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            labels={**labels(settings, "seed"), JOB_LABEL: SEED_JOB},
+            annotations={"sidecar.istio.io/inject": "false"},
+        ),
+        spec=core.PodSpecArgs(
+            containers=[container],
+            volumes=[
+                core.VolumeArgs(
+                    name="data",
+                    persistent_volume_claim=core.PersistentVolumeClaimVolumeSourceArgs(claim_name=data_claim),
+                ),
+                core.VolumeArgs(name="tmp", empty_dir=empty(size_limit="1Gi")),
+            ],
+            restart_policy="Never",
+            service_account_name=service_account,
+            automount_service_account_token=False,
+            enable_service_links=False,
+            security_context=pod_security(settings),
+        ),
+    )
+
+
+def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
+    """No ingress; egress to DNS and to the source only (the bucket's port, or HTTPS anywhere)."""
+    names = JobNames(job=SEED_JOB, service=SEED_JOB, checkpoint_dir="")
+    egress = [
+        net.NetworkPolicyEgressRuleArgs(
+            to=dns_peers(settings),
+            ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
+        )
+    ]
+    s3 = s3_destination(settings) if settings.seed_source == "s3" else None
+    if s3 is not None and s3.namespace:
+        namespace_peer = net.NetworkPolicyPeerArgs(
+            namespace_selector=k8s.meta.v1.LabelSelectorArgs(
+                match_labels={"kubernetes.io/metadata.name": s3.namespace}
+            )
+        )
+        egress.append(
+            net.NetworkPolicyEgressRuleArgs(
+                to=[namespace_peer], ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)]
+            )
+        )
+    elif s3 is not None:  # an endpoint outside the cluster: any address, on its port only
+        egress.append(
+            net.NetworkPolicyEgressRuleArgs(ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)])
+        )
+    else:
+        egress.append(
+            net.NetworkPolicyEgressRuleArgs(ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=HTTPS)])
+        )
+    return net.NetworkPolicySpecArgs(
+        pod_selector=job_pods(names), policy_types=["Ingress", "Egress"], egress=egress
+    )
+
+
+class DataSeed(pulumi.ComponentResource):
+    """The seed Job (and its NetworkPolicy): MNIST onto the data PVC, once, before any training."""
+
+    job: k8s.batch.v1.Job
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        namespace: pulumi.Input[str],
+        data_claim: pulumi.Input[str],
+        secret_name: pulumi.Input[str] | None,
+        service_account: pulumi.Input[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:data:DataSeed", name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        after: tuple[pulumi.Resource, ...] = ()
+        if settings.job_network_policy:
+            after += (
+                net.NetworkPolicy(
+                    f"{name}-policy",
+                    metadata=k8s.meta.v1.ObjectMetaArgs(
+                        name=SEED_JOB, namespace=namespace, labels=labels(settings, "seed")
+                    ),
+                    spec=seed_network_policy_spec(settings),
+                    opts=child,
+                ),
+            )
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=SEED_JOB,
+                namespace=namespace,
+                labels=labels(settings, "seed"),
+                # Always awaited: the training job must not start on an empty volume.
+                annotations=wait_annotations("Job", settings.job_wait_timeout_seconds),
+            ),
+            spec=k8s.batch.v1.JobSpecArgs(
+                backoff_limit=settings.seed_backoff_limit,
+                pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
+                    rules=[
+                        # Bad flags, bad data, rejected credentials: a retry fails the same way.
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="FailJob",
+                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
+                                container_name=CONTAINER, operator="In", values=list(BAD_INPUT_EXIT_CODES)
+                            ),
+                        ),
+                        k8s.batch.v1.PodFailurePolicyRuleArgs(
+                            action="Ignore",
+                            on_pod_conditions=[
+                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
+                                    type="DisruptionTarget", status="True"
+                                )
+                            ],
+                        ),
+                    ]
+                ),
+                template=seed_pod_template(settings, data_claim, secret_name, service_account),
+            ),
+            opts=pulumi.ResourceOptions.merge(child, replace_on_any_change(after)),
+        )
+        self.outcome = failure_gate(self.job, "Job", SEED_JOB)
+        self.register_outputs({})

@@ -1,0 +1,92 @@
+"""Kubeflow Trainer v2, installed from its pinned upstream overlay (or assumed present).
+
+Upstream (kubeflow/trainer, tag v2.3.0) `manifests/overlays/manager/kustomization.yaml`: namespace
+`kubeflow-system`; the CRDs `trainer.kubeflow.org` TrainJob, TrainingRuntime and ClusterTrainingRuntime
+(`manifests/base/crds`); the controller manager Deployment `kubeflow-trainer-controller-manager`
+(container `manager`, image `ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0`,
+`manifests/base/manager/manager.yaml`); its webhooks; and `manifests/third-party/jobset`, JobSet v0.12.0's
+release manifests (`https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml`:
+the `jobsets.jobset.x-k8s.io` CRD and the Deployment `jobset-controller-manager`, container `manager`,
+image rewritten to `registry.k8s.io/jobset/jobset:v0.12.0`). Those two are every image it pulls, so
+`trainerImage` and `trainerJobSetImage` cover a mirror; `trainerSource` points at a mirrored copy of the
+overlay (which must vendor JobSet's manifests too: upstream's refers to GitHub's release download).
+
+As with the training operator (`infra/program/training_operator.py`) the provider applies it
+server-side by default (upstream's instructions say `kubectl apply --server-side -k`), and a transform
+keeps every CRD when the stack is destroyed: deleting the TrainJob CRD deletes every team's TrainJobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.program.settings import PROJECT, Settings
+from infra.program.training_operator import CRD_TYPE
+
+UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/manager"
+TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
+JOBSET_DEPLOYMENT = "jobset-controller-manager"
+MANAGER_CONTAINER = "manager"  # the container of both Deployments
+DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+
+
+def trainer_source(settings: Settings) -> str:
+    """Where Trainer v2's manifests come from: the override, else upstream at the pinned tag."""
+    return settings.trainer_source or f"{UPSTREAM}?ref={settings.trainer_version}"
+
+
+def mirrored_images(settings: Settings) -> dict[str, str]:
+    """Deployment name -> the image its `manager` container gets instead of the overlay's."""
+    images = {TRAINER_DEPLOYMENT: settings.trainer_image, JOBSET_DEPLOYMENT: settings.trainer_jobset_image}
+    return {deployment: image for deployment, image in images.items() if image}
+
+
+def with_image(props: dict[str, Any], image: str) -> dict[str, Any]:
+    """A Deployment with its `manager` container's image replaced (a new dict)."""
+    import copy
+
+    deployment = copy.deepcopy(props)
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    next(c for c in containers if c["name"] == MANAGER_CONTAINER)["image"] = image
+    return deployment
+
+
+def trainer_transform(
+    settings: Settings,
+) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
+    """A transform for the overlay's children: keeps the CRDs on destroy and points the two controllers
+    at the mirror's images when set. Everything else passes unchanged."""
+    images = mirrored_images(settings)
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        props: dict[str, Any] = dict(args.props)
+        if args.type_ == CRD_TYPE:
+            return pulumi.ResourceTransformResult(
+                props=props,
+                opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True)),
+            )
+        name = (props.get("metadata") or {}).get("name")
+        if args.type_ != DEPLOYMENT_TYPE or name not in images:
+            return None
+        return pulumi.ResourceTransformResult(props=with_image(props, images[name]), opts=args.opts)
+
+    return transform
+
+
+class TrainerV2(pulumi.ComponentResource):
+    """Applies Trainer v2's manager overlay (CRDs, controller, webhooks, JobSet) with the caller's
+    provider. Everything that creates a TrainJob depends on this component, so the CRDs exist first."""
+
+    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{PROJECT}:operator:TrainerV2", name, {}, opts)
+        self.source = trainer_source(settings)
+        k8s.kustomize.v2.Directory(
+            f"{name}-manifests",
+            directory=self.source,
+            opts=pulumi.ResourceOptions(parent=self, transforms=[trainer_transform(settings)]),
+        )
+        self.register_outputs({"source": self.source})

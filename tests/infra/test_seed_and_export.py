@@ -1,0 +1,172 @@
+"""Data in and model out through the stack: the seed Job, model export, and waits that end on failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pytest
+
+from infra.offline.cluster import cluster_view
+from infra.offline.manifest import RecordingMocks, run_program
+from infra.program.checks import ConfigError
+from tests.infra.conftest import BASE, by_kind, render_config, stack_config
+
+S3 = {"minioEndpoint": "minio.minio.svc:9000", "minioTls": False, "minioExistingSecret": "minio-creds"}
+
+
+def _seed(rendering) -> dict[str, Any]:
+    (job,) = [j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed"]
+    return job
+
+
+def test_the_seed_job_fetches_from_https_mirrors_onto_the_data_volume():
+    mirrors = ["https://mirror-a.example/mnist/", "https://mirror-b.example/"]
+    rendering = render_config({"seedSource": "https", "seedMirrors": mirrors})
+    job = _seed(rendering)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["python", "-m", "trainer.seed"]
+    assert container["args"] == [
+        "--to=/data/mnist",
+        "--mirror=https://mirror-a.example/mnist/",
+        "--mirror=https://mirror-b.example/",
+    ]
+    assert {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]} == {
+        "/data": False,
+        "/tmp": False,
+    }
+    assert not any(e["name"].startswith("AWS_") for e in container.get("env", []))
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    assert job["spec"]["backoffLimit"] == 4
+    fail, ignore = job["spec"]["podFailurePolicy"]["rules"]
+    assert fail["action"] == "FailJob" and fail["onExitCodes"] == {
+        "containerName": "seed",
+        "operator": "In",
+        "values": [2, 3, 4],
+    }
+    assert ignore["action"] == "Ignore"
+    (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "ddp-mnist-seed"]
+    assert "ingress" not in policy["spec"] and policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": 443}]}
+
+
+def test_the_seed_job_can_copy_from_the_stacks_bucket_with_the_stacks_secret():
+    job = _seed(render_config({**S3, "seedSource": "s3", "minioBucket": "datasets", "minioPrefix": "mnist"}))
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["--to=/data/mnist", "--from=s3://datasets/mnist"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.minio.svc:9000"
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "minio-creds",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
+
+
+@pytest.mark.parametrize(
+    "values", [{"seedSource": "none"}, {**S3, "seedSource": "https", "jobDataSource": "s3"}]
+)
+def test_no_seed_job_when_nothing_reads_the_data_volume_or_it_is_filled_otherwise(values):
+    rendering = render_config(values)
+    assert [j["metadata"]["name"] for j in by_kind(rendering, "Job")] == []
+    assert "seedOutcome" not in rendering.outputs
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
+def test_the_training_job_waits_for_the_seed_job_and_both_are_admitted(kind):
+    rendering = render_config({"jobKind": kind, "seedSource": "https"})
+    (training,) = [
+        r
+        for r in rendering.registrations
+        if r.custom
+        and r.type in ("kubernetes:kubeflow.org/v1:PyTorchJob", "kubernetes:batch/v1:Job")
+        and r.name == "trainer-job"
+    ]
+    assert "seed-job" in training.dependencies
+    view = cluster_view(rendering.objects, rendering.settings)
+    assert view.admission.refusals == []
+    assert [p.owner for p in view.admission.pods][0] == "Job/ddp-mnist-seed"
+
+
+def test_the_seed_job_is_always_awaited_until_it_ends_either_way():
+    annotations = _seed(render_config({"seedSource": "https"}))["metadata"]["annotations"]
+    assert annotations["pulumi.com/waitFor"] == (
+        "jsonpath={.status.conditions[?(@.status=='True' && (@.type=='Complete' || @.type=='Failed'))].type}"
+    )
+
+
+def test_model_export_goes_to_the_bucket_under_the_jobs_name():
+    rendering = render_config({**S3, "jobModelExport": True, "minioBucket": "models", "minioPrefix": "team"})
+    (job,) = by_kind(rendering, "PyTorchJob")
+    args = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["args"]
+    assert "--export-to=s3://models/team/models/mnist-r1" in args
+    assert rendering.outputs["modelExport"] == "s3://models/team/models/mnist-r1"
+    plain = render_config({})
+    assert not any(
+        "--export-to" in a
+        for a in by_kind(plain, "PyTorchJob")[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
+            "containers"
+        ][0]["args"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"seedSource": "s3"},
+            'config ddp-mnist:minioEndpoint="" is invalid: must be set when seedSource is s3',
+        ),
+        (
+            {"jobModelExport": True, "minioEndpoint": "minio:9000"},
+            "config ddp-mnist:minioAccessKey=(unset) is invalid: must be set (with minioSecretKey, both --secret) or minioExistingSecret given when jobModelExport is true",
+        ),
+        (
+            {"seedMirrors": ["http://yann.lecun.com/exdb/mnist/"]},
+            """config ddp-mnist:seedMirrors=["http://yann.lecun.com/exdb/mnist/"] is invalid: must be a list of https:// base URLs ('http://yann.lecun.com/exdb/mnist/' is not one)""",
+        ),
+    ],
+)
+def test_bad_seed_and_export_config_is_one_line_before_anything_is_registered(values, message):
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError) as raised:
+        run_program(stack_config({**BASE, **values}), mocks)
+    assert str(raised.value) == message
+    assert mocks.registrations == []
+
+
+class _FinishedJobs(RecordingMocks):
+    """Mocks whose jobs come back from the wait with a final condition, as the provider returns them."""
+
+    def __init__(self, kind: str, condition: dict[str, str]) -> None:
+        super().__init__()
+        self.kind, self.condition = kind, condition
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        rid, outputs = super().new_resource(args)
+        name = (args.inputs.get("metadata") or {}).get("name")
+        if args.typ.endswith(f":{self.kind}") and name == "mnist-r1":
+            outputs = {**outputs, "status": {"conditions": [self.condition]}}
+        return rid, outputs
+
+
+@pytest.mark.parametrize(
+    ("job_kind", "kind", "done"),
+    [("pytorchjob", "PyTorchJob", "Succeeded"), ("indexed-job", "Job", "Complete")],
+)
+def test_a_failed_job_ends_the_wait_and_fails_pulumi_up_with_one_line(job_kind, kind, done):
+    config = stack_config({**BASE, "jobKind": job_kind, "jobWait": True})
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "BackoffLimitExceeded",
+        "message": "Job has reached the specified backoff limit",
+    }
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(config, _FinishedJobs(kind, failed))
+    assert str(raised.value) == (
+        f"{kind} mnist-r1 failed (BackoffLimitExceeded): Job has reached the specified backoff limit; "
+        "its pods' logs say why (stack output logsCommand)"
+    )
+    _, outputs = run_program(config, _FinishedJobs(kind, {"type": done, "status": "True"}))
+    assert outputs["jobOutcome"] == done

@@ -1,0 +1,130 @@
+"""Local runs start where a fresh cluster starts: empty volumes. Every workload the stack renders runs
+in dependency order (the seed Job, then the training job), the stack's MinIO is a local SeaweedFS, and
+the model ends up in its bucket."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import boto3
+import pytest
+
+from infra.offline.local.s3 import local_s3
+from infra.offline.local.scheduler import run_rendering
+from tests.infra.conftest import render_config
+
+SMALL = {
+    "jobNodes": 2,
+    "jobEpochs": 1,
+    "jobCpuRequest": "1",
+    "jobMemoryRequest": "1Gi",
+    "jobMemoryLimit": "2Gi",
+    "jobShmSize": "256Mi",
+}
+MINIO = {
+    "minioEndpoint": "minio.minio.svc.cluster.local:9000",
+    "minioTls": False,
+    "minioBucket": "mnist",
+    "minioPrefix": "mnist",
+    "minioExistingSecret": "minio-credentials",
+}
+DATA = Path("pvc/ddp-mnist-data/mnist/MNIST/raw")
+
+
+def _run(values: dict, root: Path, overrides: dict[str, str] | None = None, timeout: float = 400):
+    out = io.StringIO()
+    job, result = run_rendering(render_config({**SMALL, **values}), root, timeout, overrides or {}, out)
+    return job, result, out.getvalue()
+
+
+def _bucket_objects(root: Path) -> dict[str, bytes]:
+    """The stand-in's bucket as the run left it (its data directory persists between runs)."""
+    with local_s3(root / "s3") as s3:
+        client = boto3.client(
+            "s3",
+            endpoint_url=s3.endpoint,
+            aws_access_key_id=s3.key_id,
+            aws_secret_access_key=s3.secret,
+            region_name="us-east-1",
+        )
+        listed = client.list_objects_v2(Bucket="mnist", Prefix="mnist/models/").get("Contents", [])
+        return {o["Key"]: client.get_object(Bucket="mnist", Key=o["Key"])["Body"].read() for o in listed}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
+def test_from_empty_volumes_seed_then_train_then_export_and_again_without_reseeding(kind, tmp_path):
+    values = {**MINIO, "jobKind": kind, "seedSource": "s3", "jobModelExport": True}
+    job, result, output = _run(values, tmp_path)
+    assert result.succeeded, output[-4000:]
+    assert "is a local stand-in here: SeaweedFS at http://127.0.0.1:" in output
+    assert "[local] trainer.seed: wrote 4 files and SHA256SUMS to s3://mnist/mnist" in output
+    assert f"[ddp-mnist-seed] trainer.seed: wrote 4 files and SHA256SUMS to {tmp_path / DATA}" in output
+    assert output.index("[local] job ddp-mnist-seed Succeeded") < output.index(
+        "[local] job mnist-r1 Succeeded"
+    )
+    objects = _bucket_objects(tmp_path)
+    assert sorted(objects) == [
+        f"mnist/models/mnist-r1/{n}" for n in ("SHA256SUMS", "metrics.json", "model.pt")
+    ]
+    local_model = (job.output_dir / "model.pt").read_bytes()
+    assert (
+        hashlib.sha256(objects["mnist/models/mnist-r1/model.pt"]).digest()
+        == hashlib.sha256(local_model).digest()
+    )
+
+    job, again, output = _run(values, tmp_path)
+    assert again.succeeded, output[-4000:]
+    assert (
+        f"[ddp-mnist-seed] trainer.seed: {tmp_path / DATA} already holds MNIST (verified against SHA256SUMS); nothing to do"
+        in output
+    )
+    assert "s3://mnist/mnist already holds MNIST" in output
+    assert "trainer: epoch" not in output  # the finished run trains nothing
+    assert "already holds this run's" in output  # and uploads nothing again
+
+
+@pytest.mark.slow
+def test_a_corrupted_file_on_the_data_volume_is_seeded_again_before_training(tmp_path):
+    values = {**MINIO, "seedSource": "s3", "jobEpochs": 1}
+    _, first, output = _run(values, tmp_path)
+    assert first.succeeded, output[-3000:]
+    images = tmp_path / DATA / "train-images-idx3-ubyte.gz"
+    images.write_bytes(images.read_bytes()[:1000])
+    _, second, output = _run({**values, "jobRunId": "r2"}, tmp_path)
+    assert second.succeeded, output[-3000:]
+    assert f"[ddp-mnist-seed] trainer.seed: {images} does not match SHA256SUMS; seeding again" in output
+    assert output.index("seeding again") < output.index("[mnist-r2-master-0]")
+
+
+def test_seed_job_with_rejected_keys_fails_at_once_with_4(tmp_path):
+    with local_s3(tmp_path / "s3") as s3:
+        overrides = {
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_ACCESS_KEY_ID": "wrong",
+            "AWS_SECRET_ACCESS_KEY": "wrong",
+        }
+        job, result, output = _run({**MINIO, "seedSource": "s3"}, tmp_path / "root", overrides, timeout=120)
+    assert job.job_name == "ddp-mnist-seed" and not result.succeeded
+    assert result.reason.startswith("pod ddp-mnist-seed exited with 4 (no retry for this exit code)"), (
+        result.reason
+    )
+    assert "restarting" not in output and "[mnist-r1-" not in output
+
+
+def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_5(tmp_path):
+    from infra.offline.local.s3 import free_port
+
+    overrides = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+    }
+    values = {**MINIO, "seedSource": "s3", "seedBackoffLimit": 1}
+    job, result, output = _run(values, tmp_path, overrides, timeout=180)
+    assert job.job_name == "ddp-mnist-seed" and not result.succeeded
+    assert "[local] pod ddp-mnist-seed exited with 5; restarting in 10s (1/1" in output
+    assert result.reason.startswith("pod ddp-mnist-seed exited with 5 (backoff limit reached)"), result.reason
+    assert "[mnist-r1-" not in output  # the training job never starts
