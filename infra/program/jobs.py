@@ -79,6 +79,28 @@ def failure_gate(job: pulumi.Resource, kind: str, name: str) -> pulumi.Output[st
     return status.apply(lambda s: job_outcome(s, kind, name))
 
 
+def pod_failure_policy(container: str, counted: Sequence[int] = ()) -> k8s.batch.v1.PodFailurePolicyArgs:
+    """A Job's podFailurePolicy for a container of ours: the trainer's "bad input" codes fail the Job at
+    once (a retry fails the same way), `counted` codes count against the backoff (what retries are
+    for), and evictions and preemptions are not counted at all (not the pod's fault)."""
+    batch = k8s.batch.v1
+
+    def on_codes(action: str, codes: Sequence[int]) -> batch.PodFailurePolicyRuleArgs:
+        requirement = batch.PodFailurePolicyOnExitCodesRequirementArgs(
+            container_name=container, operator="In", values=list(codes)
+        )
+        return batch.PodFailurePolicyRuleArgs(action=action, on_exit_codes=requirement)
+
+    disrupted = batch.PodFailurePolicyOnPodConditionsPatternArgs(type="DisruptionTarget", status="True")
+    return batch.PodFailurePolicyArgs(
+        rules=[
+            on_codes("FailJob", BAD_INPUT_EXIT_CODES),
+            *([on_codes("Count", counted)] if counted else []),
+            batch.PodFailurePolicyRuleArgs(action="Ignore", on_pod_conditions=[disrupted]),
+        ]
+    )
+
+
 class KubeflowJob(pulumi.CustomResource):
     """A Kubeflow custom resource with a readable `status` output (the SDK's CustomResource keeps only
     apiVersion, kind and metadata), so `failure_gate` can read its conditions after the wait."""
@@ -305,33 +327,7 @@ class IndexedJob(pulumi.ComponentResource):
                     if settings.job_ttl_seconds_after_finished >= 0
                     else None
                 ),
-                pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
-                    rules=[
-                        # The trainer's "bad input" codes will fail again on retry: stop at once.
-                        k8s.batch.v1.PodFailurePolicyRuleArgs(
-                            action="FailJob",
-                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                                container_name=CONTAINER, operator="In", values=list(BAD_INPUT_EXIT_CODES)
-                            ),
-                        ),
-                        # A lost peer is what retries are for: counted against the index's backoff.
-                        k8s.batch.v1.PodFailurePolicyRuleArgs(
-                            action="Count",
-                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                                container_name=CONTAINER, operator="In", values=[PEER_LOST_EXIT_CODE]
-                            ),
-                        ),
-                        # Evictions and preemptions are not the trainer's fault: do not count them.
-                        k8s.batch.v1.PodFailurePolicyRuleArgs(
-                            action="Ignore",
-                            on_pod_conditions=[
-                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
-                                    type="DisruptionTarget", status="True"
-                                )
-                            ],
-                        ),
-                    ]
-                ),
+                pod_failure_policy=pod_failure_policy(CONTAINER, counted=(PEER_LOST_EXIT_CODE,)),
                 template=template,
             ),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),

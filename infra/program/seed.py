@@ -14,8 +14,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.isolation import dns_peers, job_pods, s3_destination
-from infra.program.jobs import failure_gate, replace_on_any_change, wait_annotations
-from infra.program.meta import BAD_INPUT_EXIT_CODES, DATA_MOUNT, JOB_LABEL, JobNames, labels
+from infra.program.jobs import failure_gate, pod_failure_policy, replace_on_any_change, wait_annotations
+from infra.program.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
 from infra.program.podspec import base_env, container_security, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings
 
@@ -154,25 +154,8 @@ class DataSeed(pulumi.ComponentResource):
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=settings.seed_backoff_limit,
-                pod_failure_policy=k8s.batch.v1.PodFailurePolicyArgs(
-                    rules=[
-                        # Bad flags, bad data, rejected credentials: a retry fails the same way.
-                        k8s.batch.v1.PodFailurePolicyRuleArgs(
-                            action="FailJob",
-                            on_exit_codes=k8s.batch.v1.PodFailurePolicyOnExitCodesRequirementArgs(
-                                container_name=CONTAINER, operator="In", values=list(BAD_INPUT_EXIT_CODES)
-                            ),
-                        ),
-                        k8s.batch.v1.PodFailurePolicyRuleArgs(
-                            action="Ignore",
-                            on_pod_conditions=[
-                                k8s.batch.v1.PodFailurePolicyOnPodConditionsPatternArgs(
-                                    type="DisruptionTarget", status="True"
-                                )
-                            ],
-                        ),
-                    ]
-                ),
+                # Bad flags, bad data, rejected credentials fail at once; an unreachable source retries.
+                pod_failure_policy=pod_failure_policy(CONTAINER),
                 template=seed_pod_template(settings, data_claim, secret_name, service_account),
             ),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change(after)),
