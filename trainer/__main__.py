@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from typing import NoReturn
 
 from trainer.cli import parse_config
-from trainer.errors import EXIT_PEER_LOST, TrainerError, write_line
+from trainer.errors import EXIT_INTERNAL, TrainerError, write_line
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the trainer; returns the process exit code (see :mod:`trainer.errors`).
 
-    Any exception other than a :class:`TrainerError` is a bug: it propagates, and Python prints its
-    traceback and exits 1.
+    Any exception other than a :class:`TrainerError` is a bug: it propagates, and
+    :func:`run_as_process` prints its traceback and exits 1.
     """
     started = time.perf_counter()
     config = parse_config(argv)
@@ -31,18 +32,62 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_process(code: int) -> NoReturn:
-    """Exit with ``code``; after a lost peer, without the interpreter's teardown.
+    """Flush stdout and stderr, then end the process with ``code`` without interpreter finalization.
 
-    The broken process group is still alive then, and destroying it at interpreter exit can block on
-    the lost peer (NCCL's communicator abort, gloo's pending work) or abort the process ("terminate
-    called ..."), which would turn exit code 200 into 134. The one line is already written.
+    Every output the trainer leaves is already complete on disk when this runs (checkpoints,
+    ``model.pt`` and ``metrics.json`` are written by :mod:`trainer.fsio`: fsynced, renamed, directory
+    fsynced) and the export has returned, so finalization has nothing left to save; all it could
+    still do is tear down what torch's distributed runtime leaves behind, and that teardown is what
+    fails:
+
+    - after a finished run, ``destroy_process_group()`` has shut the gloo backend down, but the C++
+      objects behind it (the ProcessGroupGloo with its worker threads, the gloo transport's device
+      loop thread and pairs, the c10d store client) are freed only when their last Python reference
+      goes: the DDP reducer and the module hooks that hold them live in reference cycles that only
+      the interpreter's final collection breaks, in no defined order, and whatever is still alive
+      then is destroyed by C++ static destruction at ``exit()`` while its threads still run. A
+      ``std::thread`` destroyed while joinable calls ``std::terminate()`` ("terminate called without
+      an active exception"): the rank dies of SIGABRT (134), torchrun stops its peers and reports the
+      run failed although it trained and wrote everything (measured: 5 in 157 short 2-rank gloo runs;
+      ``bench/stress_exit.py``);
+    - after a lost peer the process group is broken and tearing it down can also block on the lost
+      peer (NCCL's communicator abort, gloo's pending work), which would turn exit 200 into a hang;
+    - after a usage, data, credentials or export error (2-7) the same objects may exist.
+
+    ``os._exit`` skips all of it: no ``atexit`` handlers (the trainer registers none; torch's
+    distributed package registers none in a worker), no object destructors, no static destructors.
+    The exit code is then exactly the trainer's, whatever torch's teardown would have done.
     """
-    if code == EXIT_PEER_LOST:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def system_exit_code(stop: SystemExit) -> int:
+    """The code the interpreter would exit with for ``stop`` (a message is printed, then 1)."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    write_line(str(stop.code))
+    return EXIT_INTERNAL
+
+
+def run_as_process(argv: list[str] | None = None) -> NoReturn:
+    """The process entry point: :func:`main`, then :func:`exit_process` with its code.
+
+    A bug keeps its traceback (printed by ``sys.excepthook``, as the interpreter would) and exit 1;
+    ``SystemExit`` (argparse's exit 2 for bad flags, ``--help``'s 0) keeps its code.
+    """
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = system_exit_code(stop)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = EXIT_INTERNAL
+    exit_process(code)
 
 
 if __name__ == "__main__":
-    exit_process(main())
+    run_as_process()
