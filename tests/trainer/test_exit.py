@@ -67,7 +67,11 @@ def test_a_finished_run_exits_0_without_finalization_and_its_outputs_are_complet
 @pytest.mark.parametrize(
     ("args", "code", "last_line"),
     [
-        (["--epochs=0"], 2, "trainer: usage: argument --epochs: must be >= 1, got 0 (see 'python -m trainer --help')"),
+        (
+            ["--epochs=0"],
+            2,
+            "trainer: usage: argument --epochs: must be >= 1, got 0 (see 'python -m trainer --help')",
+        ),
         (["--data=/nonexistent/mnist", "--epochs=1"], 3, None),
     ],
     ids=["bad-flag-2", "missing-data-3"],
