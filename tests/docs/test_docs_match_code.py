@@ -165,7 +165,11 @@ def _states(text: str, default: Any) -> bool:
     value = " ".join(text.replace("`", "").split())
     if re.match(rf"{re.escape(_documented(default))}(?![\w.])", value):
         return True
-    return isinstance(default, list) and bool(default) and all(str(item).removesuffix("/32") in value for item in default)
+    return (
+        isinstance(default, list)
+        and bool(default)
+        and all(str(item).removesuffix("/32") in value for item in default)
+    )
 
 
 def test_kubernetes_version_range_stated_equals_settings():
