@@ -69,7 +69,8 @@ class Settings(BaseModel):
     create_namespace: bool = key(
         "createNamespace",
         True,
-        "Create the namespace, labelled to enforce Pod Security 'restricted'; false uses an existing one.",
+        "Create the namespace, labelled to enforce (and warn and audit) the Pod Security level "
+        "namespacePodSecurity; false uses an existing one.",
     )
     namespace_pod_security: Literal["restricted", "baseline", "privileged"] = key(
         "namespacePodSecurity",
@@ -408,7 +409,12 @@ class Settings(BaseModel):
     job_clean_pod_policy: Literal["None", "Running", "All"] = key(
         "jobCleanPodPolicy", "None", "PyTorchJob cleanPodPolicy: which pods to delete when the job ends."
     )
-    job_wait: bool = key("jobWait", False, "Make `pulumi up` wait until the job has succeeded.")
+    job_wait: bool = key(
+        "jobWait",
+        False,
+        "Make `pulumi up` wait until the job has ended, either way (its success condition, Succeeded or "
+        "Complete, or Failed; at most jobWaitTimeoutSeconds), then fail `pulumi up` if it Failed.",
+    )
     job_wait_timeout_seconds: int = key(
         "jobWaitTimeoutSeconds", 3600, "How long `pulumi up` waits for the job (jobWait).", ge=60
     )

@@ -8,9 +8,9 @@ command, with this project's environment instead of the image. Each gets the env
 PVCs map to `.local/<stack>/pvc/<claim>/`, and the job's restart and failure rules are followed.
 Kubernetes and the training operator remain the engine on real clusters.
 
-Exit codes: 0 the job succeeded; 1 the job failed, or the API server would refuse its pods; 2 bad
-stack config, unknown stack, a job that cannot run locally or MNIST that could not be seeded;
-130 interrupted.
+Exit codes: 0 the job succeeded; 1 a workload failed (the seed Job or the training job), or the API
+server would refuse its pods; 2 bad stack config, unknown stack, a job that cannot run locally or a
+local S3 stand-in's bucket that could not be filled with MNIST; 130 interrupted.
 """
 
 from __future__ import annotations

@@ -1,0 +1,309 @@
+"""Where the README or docs state a value the code owns (exit codes, defaults, env values, stack lists,
+ranges), the value is read from the code here and compared with what the text says."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import sys
+import tomllib
+from typing import Any
+
+import pytest
+
+from infra.offline import render as render_cli
+from infra.offline.local import scheduler
+from infra.offline.stackconfig import ROOT, load_stack, stack_names
+from infra.program import podspec
+from infra.program.meta import JobNames
+from infra.program.seed import seed_pod_template
+from infra.program.settings import K8S_VERSIONS, PROJECT, SECRET_KEYS, Settings
+from trainer import errors
+
+README = (ROOT / "README.md").read_text()
+BENCHMARKS = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+POLICY_DIR = ROOT / "policy"
+
+
+def section(text: str, title: str) -> str:
+    """The text under the Markdown heading `title`, up to the next heading of the same or a higher level."""
+    match = re.search(rf"^(#+) {re.escape(title)}\n", text, re.MULTILINE)
+    assert match, f"no heading {title!r}"
+    level = len(match.group(1))
+    end = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, match.end())
+    return text[match.end() : end.start() if end else len(text)]
+
+
+def table(text: str, header: str) -> list[list[str]]:
+    """The body rows (cells stripped) of the first Markdown table whose header row starts with `header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def exit_codes(text: str) -> dict[int, str]:
+    return {int(code): meaning for code, meaning in table(text, "exit code")}
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def returned_codes(function: Any) -> set[int]:
+    """Every exit code a CLI's `main` can return: its `return` values, constants resolved in its module."""
+    module = sys.modules[function.__module__]
+    tree = ast.parse(inspect.getsource(function))
+    codes: set[int] = set()
+
+    def value(node: ast.expr) -> None:
+        if isinstance(node, ast.Constant):
+            codes.add(node.value)
+        elif isinstance(node, ast.Name):
+            codes.add(getattr(module, node.id))
+        elif isinstance(node, ast.IfExp):
+            value(node.body)
+            value(node.orelse)
+        else:
+            raise AssertionError(f"cannot read the exit code {ast.unparse(node)}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None:
+            value(node.value)
+    return codes
+
+
+# --- trainer -------------------------------------------------------------------------------------
+
+
+def test_trainer_exit_codes_are_the_readme_table_both_ways_with_the_same_meanings():
+    documented = exit_codes(section(README, "The trainer"))
+    constants = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
+    assert set(documented) == constants == set(errors.EXIT_CODE_MEANINGS)
+    for code, short in errors.EXIT_CODE_MEANINGS.items():
+        stated = words(re.sub(r"\(.*?\)", "", short))  # the short meaning without its asides
+        assert stated <= words(documented[code]), (code, short, documented[code])
+
+
+def test_checkpoints_kept_stated_equals_what_the_trainer_keeps():
+    from trainer import checkpoint
+
+    kept = re.findall(r"The newest (\d+)\s+checkpoints are kept", README)
+    assert [int(n) for n in kept] == [checkpoint.KEEP]
+
+
+def test_nccl_async_error_handling_stated_equals_the_nccl_pods_env():
+    settings = Settings(jobGpusPerNode=1, jobProcsPerNode=1)
+    assert settings.backend == "nccl"
+    names = JobNames(job="mnist-r1", service="mnist-r1", checkpoint_dir="/checkpoints/mnist-r1")
+    template = podspec.pod_template(settings, names, data_claim="d", checkpoint_claim="c", secret_name=None)
+    (container,) = template.spec.containers
+    env = {e.name: e.value for e in container.env}
+    for text in (README, (ROOT / "trainer" / "peers.py").read_text()):
+        stated = re.findall(r"TORCH_NCCL_ASYNC_ERROR_HANDLING=(\d+)", text)
+        assert stated and set(stated) == {env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]}
+
+
+# --- config --------------------------------------------------------------------------------------
+
+
+def _documented(value: Any) -> str:
+    """A default as the README writes it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
+
+
+def _policies() -> list[Any]:
+    """The policy pack's policies, imported as the Pulumi CLI imports the pack (its directory on sys.path)."""
+    sys.path.insert(0, str(POLICY_DIR))
+    try:
+        import crossguard
+    finally:
+        sys.path.remove(str(POLICY_DIR))
+    return list(crossguard.policies())
+
+
+def _policy_defaults() -> dict[str, Any]:
+    return {
+        key: prop["default"]
+        for policy in _policies()
+        if policy.config_schema is not None
+        for key, prop in policy.config_schema.properties.items()
+    }
+
+
+# `key` (default V ...), `key: V` (the default), `key` (`V` by default, `key`: `V` (default)
+DEFAULT_STATEMENTS = [
+    r"`(\w+)`\s+\((?:the\s+)?default\s+([^)]*)",
+    r"`(\w+):\s+([^`]+)`\s+\(the\s+default",
+    r"`(\w+)`\s+\(`([^`]+)`\s+by\s+default",
+    r"`(\w+)`:\s+`([^`]+)`\s+\(default\)",
+]
+
+
+def test_every_default_the_readme_states_is_the_code_default():
+    defaults = {f.alias: f.default for f in Settings.model_fields.values()} | _policy_defaults()
+    stated = [(m.group(1), m.group(2).strip("`")) for p in DEFAULT_STATEMENTS for m in re.finditer(p, README)]
+    assert len(stated) >= 10
+    for key, text in stated:
+        assert key in defaults, f"the README states a default for {key}, which is no config key"
+        assert _states(text, defaults[key]), (key, text, defaults[key])
+
+
+def _states(text: str, default: Any) -> bool:
+    """Whether `text` (what follows "default" in the README) begins with `default`, or, for a list
+    written out in words, names each of its addresses."""
+    value = " ".join(text.replace("`", "").split())
+    if re.match(rf"{re.escape(_documented(default))}(?![\w.])", value):
+        return True
+    return (
+        isinstance(default, list)
+        and bool(default)
+        and all(str(item).removesuffix("/32") in value for item in default)
+    )
+
+
+def test_kubernetes_version_range_stated_equals_settings():
+    stated = re.findall(
+        r"`kubernetesVersion`\s+\(`([\d.]+)`\s+to\s+`([\d.]+)`,\s+default\s+`([\d.]+)`\)", README
+    )
+    default = Settings.model_fields["kubernetes_version"].default
+    assert stated == [(K8S_VERSIONS[0], K8S_VERSIONS[-1], default)]
+
+
+def test_every_config_key_is_named_in_the_readme():
+    keys = [f.alias for f in Settings.model_fields.values()] + list(SECRET_KEYS)
+    missing = [k for k in keys if not re.search(rf"`{k}[`:]", README)]
+    assert missing == []
+
+
+# --- stacks --------------------------------------------------------------------------------------
+
+
+def test_every_stack_file_is_listed_in_the_layout_table():
+    (listed,) = [row[1] for row in table(section(README, "Layout"), "path") if row[0] == "`stacks/`"]
+    assert set(re.findall(r"`([a-z0-9-]+)`", listed)) == set(stack_names())
+    assert {p.name for p in (ROOT / "stacks").glob("Pulumi.*.yaml")} == {
+        f"Pulumi.{s}.yaml" for s in stack_names()
+    }
+
+
+def test_what_the_readme_says_a_platform_stack_installs_is_its_config():
+    for name in stack_names():
+        values = load_stack(name).values
+        if values.get(f"{PROJECT}:stackRole") != "platform":
+            continue
+        trainer = str(values.get(f"{PROJECT}:trainerInstall", False)).lower() == "true"
+        for paragraph in README.split("\n\n"):
+            for sentence in re.split(r"(?<=\.)\s+(?=[A-Z*])", paragraph):
+                if f"Pulumi.{name}.yaml`:" not in sentence:
+                    continue
+                description = sentence.split(f"Pulumi.{name}.yaml`:", 1)[1].split(")", 1)[0]
+                assert ("Trainer v2" in description) == trainer, (name, description)
+                assert "alone" not in description or not trainer, (name, description)
+
+
+def test_epochs_the_benchmarks_say_the_stacks_pass_is_what_they_pass():
+    (stated,) = re.findall(r"The Kubernetes stacks pass `--epochs=(\d+)`", BENCHMARKS)
+    default = Settings.model_fields["job_epochs"].default
+    passed = {int(load_stack(s).values.get(f"{PROJECT}:jobEpochs", default)) for s in stack_names()}
+    assert passed == {int(stated)}
+    # A 3-epoch run's per-epoch accuracy is in no table of the file: no sentence may state one.
+    assert not re.search(r"at epoch \d+ of \d+", BENCHMARKS)
+
+
+# --- seed Job, pins, policies --------------------------------------------------------------------
+
+
+def test_seed_job_resources_stated_equal_the_rendered_container():
+    (stated,) = re.findall(
+        r"it requests\s+`(\S+)`\s+CPU\s+and\s+`(\S+)`\s+memory,\s+with\s+a\s+`(\S+)`\s+memory\s+limit", README
+    )
+    template = seed_pod_template(Settings(), "data", None, None)
+    (container,) = template.spec.containers
+    resources = container.resources
+    assert stated == (resources.requests["cpu"], resources.requests["memory"], resources.limits["memory"])
+    assert set(resources.limits) == {"memory"}
+
+
+def test_packages_pinned_by_pyproject_alone_are_in_pyproject():
+    from constraints.lock import TORCH
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pinned = {
+        re.split(r"[=<>!~ \[]", dep, maxsplit=1)[0].lower()
+        for deps in pyproject["project"]["optional-dependencies"].values()
+        for dep in deps
+    }
+    (claim,) = re.findall(r"([^.]*?)\s+are pinned by\s+`pyproject\.toml`\s+alone", README)
+    named = {w for w in re.findall(r"[a-z][a-z0-9_-]*", claim) if w in TORCH}
+    assert named and named <= pinned, (claim, named - pinned)
+
+
+def test_policies_that_skip_excluded_namespaces_are_those_the_readme_says():
+    policies = _policies()
+    honouring = {
+        p.name
+        for p in policies
+        if p.config_schema is not None and "excludeNamespaces" in p.config_schema.properties
+    }
+    text = section(README, "Policy pack (Pulumi CrossGuard)")
+    (sentence,) = [s for s in re.split(r"(?<=[.;])\s+", text) if "skips the" in s]
+    before = sentence.split("skips the", 1)[0]
+    excepted = set(re.findall(r"`([a-z-]+)`", before)) & {p.name for p in policies}
+    assert excepted == {p.name for p in policies} - honouring, sentence
+
+
+# --- command-line tools --------------------------------------------------------------------------
+
+
+def test_render_cli_exit_codes_match_the_readme_table():
+    documented = exit_codes(section(README, "Offline render (the review tool)"))
+    assert set(documented) == returned_codes(render_cli.main)
+    # Every flag named by an error that exits EXIT_CONFIG is in that row.
+    source = inspect.getsource(render_cli.main)
+    tree = ast.parse(source)
+    flags: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        body = node.body
+        if isinstance(body[-1], ast.Return) and ast.unparse(body[-1].value) == "EXIT_CONFIG":
+            flags |= set(re.findall(r"--[a-z][a-z-]*", ast.unparse(ast.Module(body, []))))
+    assert flags
+    for flag in flags:
+        assert f"`{flag}" in documented[render_cli.EXIT_CONFIG], flag
+
+
+def test_local_scheduler_exit_codes_match_the_readme_table():
+    documented = exit_codes(section(README, "Local scheduler (dev, demos, the contract test)"))
+    assert set(documented) == returned_codes(scheduler.main)
+    assert "failed" in documented[scheduler.EXIT_FAILED]
+    assert "interrupted" in documented[scheduler.EXIT_INTERRUPTED].lower()
+
+
+@pytest.mark.slow
+def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gives(tmp_path):
+    """The dev stack's seed Job against a real S3 server that rejects its keys: exit 4, no retry."""
+    from infra.offline.local.s3 import local_s3
+
+    documented = exit_codes(section(README, "Local scheduler (dev, demos, the contract test)"))
+    (code,) = [c for c, meaning in documented.items() if "seed" in meaning]
+    with local_s3(tmp_path / "s3") as s3:
+        argv = ["--stack", "dev", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
+        argv += ["--env", f"AWS_ENDPOINT_URL={s3.endpoint}"]
+        argv += ["--env", "AWS_ACCESS_KEY_ID=wrong", "--env", "AWS_SECRET_ACCESS_KEY=wrong"]
+        returned = scheduler.main(argv)
+    volumes = tmp_path / "work" / "dev" / "pvc"
+    assert not list((volumes / "ddp-mnist-data").rglob("*.gz"))  # nothing seeded
+    assert not (volumes / "ddp-mnist-checkpoints" / "mnist-r1").exists()  # the training job never ran
+    assert returned == code
