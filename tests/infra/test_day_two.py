@@ -113,3 +113,45 @@ def test_the_kueue_local_queue_is_created_before_the_job():
     job = _registration(rendering, JOB_TYPES["pytorchjob"])
     assert "queue-local-queue" in job.dependencies
     assert by_kind(render_config({}), "LocalQueue") == []
+
+
+# pulumi-kubernetes (provider/pkg/provider/diff.go, forceNew): a difference in any of these replaces a PVC.
+PVC_REPLACE_FIELDS = ("accessModes", "selector", "storageClassName", "volumeName")
+
+
+def _replaced_on_import(live_spec, program_spec, ignore_changes):
+    """The PVC fields that make the diff after an import a replacement: the engine keeps the old
+    (imported, live) value of an ignored path in the new inputs before the provider diffs them."""
+    new = dict(program_spec)
+    for path in ignore_changes:
+        field = path.removeprefix("spec.")
+        if field in live_spec:
+            new[field] = live_spec[field]
+    return sorted(f for f in PVC_REPLACE_FIELDS if live_spec.get(f) != new.get(f))
+
+
+def test_reattaching_the_retained_claim_is_no_replacement():
+    rendering = render_config({"reattachRetained": True})
+    claims = {r.name: r for r in rendering.registrations if r.type.endswith("PersistentVolumeClaim")}
+    claim = claims["storage-checkpoints"]
+    assert claim.import_id == "ddp-mnist/ddp-mnist-checkpoints"
+    (ours,) = [
+        o
+        for o in by_kind(rendering, "PersistentVolumeClaim")
+        if o["metadata"]["name"].endswith("checkpoints")
+    ]
+    # What the import reads back: our spec plus what the API server and the PV binder filled in.
+    live = {**ours["spec"], "volumeName": "pvc-8f1c7e55", "volumeMode": "Filesystem"}
+    assert _replaced_on_import(live, ours["spec"], ()) == ["volumeName"]  # what the engine refuses
+    assert _replaced_on_import(live, ours["spec"], claim.options.ignore_changes) == []
+    assert set(claim.options.ignore_changes) == {"spec.volumeName", "spec.volumeMode"}
+    # Same options without the switch: turning it off after the import replaces nothing either.
+    assert render_config({}).registrations and all(
+        r.options.ignore_changes == claim.options.ignore_changes
+        for r in render_config({}).registrations
+        if r.type.endswith("PersistentVolumeClaim")
+    )
+    # The class is ours to set: a kept claim of another class is refused, never silently kept.
+    assert _replaced_on_import(
+        {**live, "storageClassName": "other"}, ours["spec"], claim.options.ignore_changes
+    ) == ["storageClassName"]
