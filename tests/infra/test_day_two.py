@@ -155,3 +155,50 @@ def test_reattaching_the_retained_claim_is_no_replacement():
     assert _replaced_on_import(
         {**live, "storageClassName": "other"}, ours["spec"], claim.options.ignore_changes
     ) == ["storageClassName"]
+
+
+# pulumi-kubernetes (provider/pkg/metadata/overrides.go, allowsSkipAwaitWithDelete): kinds whose deletion
+# is not awaited when they carry pulumi.com/skipAwait.
+SKIPS_DELETION_WAIT = {
+    "Namespace",
+    "Pod",
+    "ReplicationController",
+    "DaemonSet",
+    "Deployment",
+    "StatefulSet",
+    "Job",
+}
+
+
+def _deletion_awaited(obj):
+    annotations = obj["metadata"].get("annotations") or {}
+    return not (annotations.get("pulumi.com/skipAwait") == "true" and obj["kind"] in SKIPS_DELETION_WAIT)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"jobKind": "pytorchjob"},
+        {"jobKind": "indexed-job"},
+        {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False},
+    ],
+)
+def test_a_job_not_awaited_is_still_deleted_before_its_replacement_is_created(values):
+    from tests.infra.conftest import training_job
+
+    job = training_job(render_config({**values, "jobWait": False}))
+    annotations = job["metadata"]["annotations"]
+    assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}  # satisfied once created
+    assert _deletion_awaited(job)
+
+
+def test_eks_gpu_as_shipped_waits_for_the_old_indexed_job_to_be_gone():
+    rendering = render(load_stack("eks-gpu"))
+    jobs = by_kind(rendering, "Job")
+    assert jobs and all(_deletion_awaited(j) for j in jobs)
+    assert [
+        r.delete_before_replace for r in rendering.registrations if r.name in ("trainer-job", "seed-job")
+    ] == [
+        True,
+        True,
+    ]
