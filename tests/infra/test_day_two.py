@@ -202,3 +202,48 @@ def test_eks_gpu_as_shipped_waits_for_the_old_indexed_job_to_be_gone():
         True,
         True,
     ]
+
+
+def _crd_transform_result(transform, name):
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+    }
+    return transform(
+        pulumi.ResourceTransformArgs(
+            custom=True,
+            type_="kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+            name=f"training-operator-manifests:{name}",
+            props=crd,
+            opts=pulumi.ResourceOptions(),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "install", "crd"),
+    [
+        ({"operatorAdoptCrds": True}, "training-operator-manifests", "pytorchjobs.kubeflow.org"),
+        (
+            {
+                "stackRole": "platform",
+                "operatorInstall": False,
+                "trainerInstall": True,
+                "trainerAdoptCrds": True,
+            },
+            "trainer-v2-manifests",
+            "trainjobs.trainer.kubeflow.org",
+        ),
+    ],
+)
+def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd):
+    (directory,) = [r for r in render_config(values).external if r.name == install]
+    (transform,) = directory.transforms
+    adopted = _crd_transform_result(transform, crd)
+    assert adopted.opts.import_ == crd  # a cluster-scoped object's import ID is its name
+    assert adopted.opts.retain_on_delete is True
+    off = {k: v for k, v in values.items() if not k.endswith("AdoptCrds")}
+    (directory,) = [r for r in render_config(off).external if r.name == install]
+    created = _crd_transform_result(directory.transforms[0], crd)
+    assert created.opts.import_ is None and created.opts.retain_on_delete is True
