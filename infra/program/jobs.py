@@ -72,7 +72,7 @@ def no_wait_annotations() -> dict[str, str]:
     create/update wait only (`ReadyCondition`; `provider/pkg/await/await.go` Creation/Update use the
     built-in Job awaiter only when no waitFor is set) and leaves the deletion wait in place. This one
     is satisfied by the first observation of the created object. Used for every job kind, so they
-    all behave alike.
+    all behave alike. (Read at pulumi-kubernetes v4.32.0; see docs/ENGINE.md.)
     """
     return {"pulumi.com/waitFor": CREATED}
 
@@ -127,7 +127,7 @@ def after_success(value: pulumi.Output[T], outcome: pulumi.Output[str]) -> pulum
     Output fails too, and the Python SDK never sends the RegisterResource of a resource whose inputs
     failed to resolve (`pulumi/runtime/resource.py` prepare_resource serializes every input first),
     so the dependent resource is never created; `pulumi up` stops with the job's one-line failure.
-    While previewing, the outcome is unknown and so is `value`.
+    While previewing, the outcome is unknown and so is `value`. (Python SDK 3.272.0.)
     """
     both: pulumi.Output[list[Any]] = pulumi.Output.all(value, outcome)
     return both.apply(lambda resolved: cast(T, resolved[0]))

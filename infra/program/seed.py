@@ -9,8 +9,9 @@ sha256 of every file, and exits 0 at once when the PVC already holds verified da
 Its outcome gates the training job: the job's data-claim input is `after_success(claim, outcome)`
 (`infra/program/jobs.py`), so a Failed seed Job fails `pulumi up` with one line and the training job
 is never registered. The Job carries `pulumi.com/replaceUnready`: pulumi-kubernetes's Diff
-(`provider/pkg/provider/provider.go`, v4.32.0 and later) reads the live Job on every preview and up
-and replaces it, deleting it first, unless it is Complete (`provider/pkg/await/checker/job/check.go`).
+(`provider/pkg/provider/provider.go` at v4.32.0; see docs/ENGINE.md) reads the live Job on every
+preview and up and replaces it, deleting it first, unless it is Complete
+(`provider/pkg/await/checker/job/check.go`).
 So after a failure (or an interrupted run) the next `pulumi up` runs the seed again, without
 `--replace`; a Complete seed Job is left alone.
 """

@@ -11,6 +11,7 @@ still names an import ID ("previously-imported resources that still specify an I
 replaced"). The claims therefore ignore `BINDER_FIELDS`, which the program never sets: the import is
 followed by an in-place update (metadata) at most. `storageClassName` is not ignored: the program
 always sets it, and a kept claim of another class is refused by the engine rather than silently kept.
+(Read at pulumi v3.259.0 and pulumi-kubernetes v4.32.0; see docs/ENGINE.md.)
 """
 
 from __future__ import annotations

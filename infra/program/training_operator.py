@@ -114,7 +114,8 @@ def kept_crd(args: pulumi.ResourceTransformArgs, adopt: bool) -> pulumi.Resource
     TransformResourceOptions `import`), and the import reads the CRD by its name (cluster-scoped).
     An import is followed by an ordinary diff and update (pulumi 3.174 and later), which applies the
     overlay's CRD over the kept one; a later `pulumi up` with the switch still on imports nothing
-    again (the state's import ID is the same).
+    again (the state's import ID is the same). (Read at pulumi-kubernetes v4.32.0, pulumi v3.259.0 and
+    the Python SDK 3.272.0; see docs/ENGINE.md.)
     """
     props: dict[str, Any] = dict(args.props)
     name = (props.get("metadata") or {}).get("name")
