@@ -43,6 +43,7 @@ class Options:
     delete_before_replace: bool = False
     import_id: str = ""  # adopt this existing object instead of creating it
     replace_with: tuple[str, ...] = ()  # logical names of resources whose replacement replaces this one
+    ignore_changes: tuple[str, ...] = ()  # input paths whose differences the engine ignores
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
 class _RecordingMonitor(MockMonitor):
     """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent,
-    replaceOnChanges, deleteBeforeReplace, import, replaceWith)."""
+    replaceOnChanges, deleteBeforeReplace, import, replaceWith, ignoreChanges)."""
 
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
@@ -122,6 +123,7 @@ class _RecordingMonitor(MockMonitor):
             delete_before_replace=bool(request.deleteBeforeReplace),
             import_id=request.importId,
             replace_with=tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.replace_with)),
+            ignore_changes=tuple(request.ignoreChanges),
         )
         return super().RegisterResource(request)
 

@@ -291,6 +291,12 @@ def _stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
         yield ConfigError(
             "reattachRetained", True, "false unless checkpointVolumeRetain is true (nothing was retained)"
         )
+    for adopt, flag, installs, install_flag in (
+        (s.operator_adopt_crds, "operatorAdoptCrds", s.operator_install, "operatorInstall"),
+        (s.trainer_adopt_crds, "trainerAdoptCrds", s.trainer_install, "trainerInstall"),
+    ):
+        if adopt and not installs:
+            yield ConfigError(flag, True, f"false unless {install_flag} is true (nothing is installed)")
 
 
 @check

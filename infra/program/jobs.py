@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.meta import BAD_INPUT_EXIT_CODES, CONTAINER, PEER_LOST_EXIT_CODE, JobNames, labels
+from infra.program.meta import (
+    BAD_INPUT_EXIT_CODES,
+    CONTAINER,
+    JOB_LABEL,
+    PEER_LOST_EXIT_CODE,
+    JobNames,
+    labels,
+)
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
 
@@ -51,32 +58,79 @@ def wait_annotations(kind: str, timeout_seconds: int) -> dict[str, str]:
     }
 
 
+# Satisfied as soon as the object exists: the provider waits for nothing after the create.
+CREATED = "jsonpath={.metadata.uid}"
+
+
+def no_wait_annotations() -> dict[str, str]:
+    """Create the job without waiting for its run, but still wait for its deletion.
+
+    pulumi-kubernetes (`provider/pkg/metadata/overrides.go`, DeletedCondition and
+    allowsSkipAwaitWithDelete) skips the deletion wait of a batch/v1 Job annotated
+    `pulumi.com/skipAwait`, so a delete-before-replace would POST the new Job while the old one is
+    still being deleted (foreground) and get 409 AlreadyExists. A `pulumi.com/waitFor` replaces the
+    create/update wait only (`ReadyCondition`; `provider/pkg/await/await.go` Creation/Update use the
+    built-in Job awaiter only when no waitFor is set) and leaves the deletion wait in place. This one
+    is satisfied by the first observation of the created object. Used for every job kind, so they
+    all behave alike. (Read at pulumi-kubernetes v4.32.0; see docs/ENGINE.md.)
+    """
+    return {"pulumi.com/waitFor": CREATED}
+
+
+def logs_command(namespace: str, job: str, pods: int, follow: bool = True) -> str:
+    """The kubectl command that prints the logs of every pod of a job (`-f`: and keeps following)."""
+    flags = "-f " if follow else ""
+    return f"kubectl -n {namespace} logs {flags}-l {JOB_LABEL}={job} --prefix --max-log-requests={pods}"
+
+
+def training_logs(settings: Settings, job: str, follow: bool = True) -> str:
+    """`logs_command` for the training job's pods (every node's, and one more: the PyTorchJob Master's
+    init or a replaced pod)."""
+    return logs_command(settings.namespace, job, settings.job_nodes + 1, follow)
+
+
 def _field(obj: Any, name: str) -> Any:
     """A field of a status as the provider returns it: a dict (custom resources) or a typed output."""
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def job_outcome(status: Any, kind: str, name: str) -> str:
-    """The job's final condition; raises (failing `pulumi up` with one line) when it is Failed."""
+def job_outcome(status: Any, kind: str, name: str, logs: str) -> str:
+    """The job's final condition; raises (failing `pulumi up` with one line that ends with the command
+    printing its pods' logs) when it is Failed."""
     for condition in _field(status, "conditions") or []:
         if _field(condition, "status") != "True":
             continue
         if _field(condition, "type") == "Failed":
             reason, message = _field(condition, "reason") or "", _field(condition, "message") or ""
             raise pulumi.RunError(
-                f"{kind} {name} failed ({reason}): {message}".rstrip(": ")
-                + "; its pods' logs say why (stack output logsCommand)"
+                f"{kind} {name} failed ({reason}): {message}".rstrip(": ") + f"; its pods' logs: {logs}"
             )
         if _field(condition, "type") == DONE_CONDITION[kind]:
             return DONE_CONDITION[kind]
     return "unknown (not awaited)"
 
 
-def failure_gate(job: pulumi.Resource, kind: str, name: str) -> pulumi.Output[str]:
+def failure_gate(job: pulumi.Resource, kind: str, name: str, logs: str) -> pulumi.Output[str]:
     """The job's outcome after Pulumi's wait; a Failed job fails the deployment (export it as a stack
-    output so it is awaited)."""
+    output so it is awaited, and hold back what must run after it with `after_success`)."""
     status: pulumi.Output[Any] = getattr(job, "status")  # noqa: B009 (resource outputs are attributes)
-    return status.apply(lambda s: job_outcome(s, kind, name))
+    return status.apply(lambda s: job_outcome(s, kind, name, logs))
+
+
+T = TypeVar("T")
+
+
+def after_success(value: pulumi.Output[T], outcome: pulumi.Output[str]) -> pulumi.Output[T]:
+    """`value`, available only once `outcome` (a `failure_gate`) has resolved without raising.
+
+    Pass it as an input of whatever must run only after a job succeeded: when the job failed this
+    Output fails too, and the Python SDK never sends the RegisterResource of a resource whose inputs
+    failed to resolve (`pulumi/runtime/resource.py` prepare_resource serializes every input first),
+    so the dependent resource is never created; `pulumi up` stops with the job's one-line failure.
+    While previewing, the outcome is unknown and so is `value`. (Python SDK 3.272.0.)
+    """
+    both: pulumi.Output[list[Any]] = pulumi.Output.all(value, outcome)
+    return both.apply(lambda resolved: cast(T, resolved[0]))
 
 
 def pod_failure_policy(container: str, counted: Sequence[int] = ()) -> k8s.batch.v1.PodFailurePolicyArgs:
@@ -141,7 +195,7 @@ def job_metadata(
     if settings.job_wait:
         annotations = wait_annotations(kind, settings.job_wait_timeout_seconds)
     else:
-        annotations = {"pulumi.com/skipAwait": "true"}
+        annotations = no_wait_annotations()
     return k8s.meta.v1.ObjectMetaArgs(
         name=inputs.names.job, namespace=namespace, labels=job_labels, annotations=annotations
     )
@@ -234,7 +288,9 @@ class PyTorchJob(pulumi.ComponentResource):
         # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
         self.job_name = job.id.apply(lambda _: inputs.names.job)
         self.outcome = (
-            failure_gate(job, "PyTorchJob", inputs.names.job)
+            failure_gate(
+                job, "PyTorchJob", inputs.names.job, training_logs(settings, inputs.names.job, follow=False)
+            )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
         )
@@ -334,7 +390,7 @@ class IndexedJob(pulumi.ComponentResource):
         )
         self.job_name = job.metadata.name
         self.outcome = (
-            failure_gate(job, "Job", names.job)
+            failure_gate(job, "Job", names.job, training_logs(settings, names.job, follow=False))
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
         )

@@ -4,8 +4,16 @@ A fresh cluster's data PVC is empty, and the trainer exits 3 on it. This batch/v
 image (`python -m trainer.seed`), Pod Security 'restricted', with no service-account token, under a
 NetworkPolicy of its own (DNS and its source only, no ingress). It takes MNIST from the stack's
 bucket (credentials from the stack's Secret) or from HTTPS mirrors checked against the canonical
-sha256 of every file, and exits 0 at once when the PVC already holds verified data. The training job
-depends on it, so `pulumi up` creates the training job only once seeding has completed.
+sha256 of every file, and exits 0 at once when the PVC already holds verified data.
+
+Its outcome gates the training job: the job's data-claim input is `after_success(claim, outcome)`
+(`infra/program/jobs.py`), so a Failed seed Job fails `pulumi up` with one line and the training job
+is never registered. The Job carries `pulumi.com/replaceUnready`: pulumi-kubernetes's Diff
+(`provider/pkg/provider/provider.go` at v4.32.0; see docs/ENGINE.md) reads the live Job on every
+preview and up and replaces it, deleting it first, unless it is Complete
+(`provider/pkg/await/checker/job/check.go`).
+So after a failure (or an interrupted run) the next `pulumi up` runs the seed again, without
+`--replace`; a Complete seed Job is left alone.
 """
 
 from __future__ import annotations
@@ -14,7 +22,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.isolation import dns_peers, job_pods, s3_destination
-from infra.program.jobs import failure_gate, pod_failure_policy, replace_on_any_change, wait_annotations
+from infra.program.jobs import (
+    failure_gate,
+    logs_command,
+    pod_failure_policy,
+    replace_on_any_change,
+    wait_annotations,
+)
 from infra.program.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
 from infra.program.podspec import base_env, container_security, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings
@@ -24,6 +38,7 @@ net = k8s.networking.v1
 SEED_JOB = f"{PROJECT}-seed"
 CONTAINER = "seed"
 HTTPS = 443
+REPLACE_UNREADY = "pulumi.com/replaceUnready"
 
 
 def seed_args(settings: Settings) -> list[str]:
@@ -149,8 +164,12 @@ class DataSeed(pulumi.ComponentResource):
                 name=SEED_JOB,
                 namespace=namespace,
                 labels=labels(settings, "seed"),
-                # Always awaited: the training job must not start on an empty volume.
-                annotations=wait_annotations("Job", settings.job_wait_timeout_seconds),
+                # Always awaited: the training job must not start on an empty volume. Replaced at the
+                # next `pulumi up` unless it is Complete in the cluster (a failed seed runs again).
+                annotations={
+                    **wait_annotations("Job", settings.job_wait_timeout_seconds),
+                    REPLACE_UNREADY: "true",
+                },
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=settings.seed_backoff_limit,
@@ -160,5 +179,6 @@ class DataSeed(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change(after)),
         )
-        self.outcome = failure_gate(self.job, "Job", SEED_JOB)
+        logs = logs_command(settings.namespace, SEED_JOB, settings.seed_backoff_limit + 1, follow=False)
+        self.outcome = failure_gate(self.job, "Job", SEED_JOB, logs)
         self.register_outputs({})

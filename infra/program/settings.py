@@ -278,6 +278,18 @@ class Settings(BaseModel):
         "Allow one stack to install both the training operator v1 (operatorInstall) and Kubeflow "
         "Trainer v2 (trainerInstall): two controllers, two webhooks, two sets of CRDs; off by default.",
     )
+    operator_adopt_crds: bool = key(
+        "operatorAdoptCrds",
+        False,
+        "With operatorInstall: adopt the training operator's CRDs a destroy left in the cluster (Pulumi "
+        "import of each CRD of the overlay) instead of creating them; every CRD must be there.",
+    )
+    trainer_adopt_crds: bool = key(
+        "trainerAdoptCrds",
+        False,
+        "With trainerInstall: adopt Trainer v2's (and JobSet's) CRDs a destroy left in the cluster "
+        "(Pulumi import of each CRD of the overlay) instead of creating them; every CRD must be there.",
+    )
 
     # --- training job ------------------------------------------------------------------------
     job_kind: Literal["pytorchjob", "indexed-job", "trainjob"] = key(

@@ -10,7 +10,7 @@ from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
-from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob
+from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
 from infra.program.meta import JOB_LABEL, job_names, labels
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
@@ -85,9 +85,12 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     if settings.job_network_policy:
         # In place before the first pod starts, so no pod of the job ever runs unrestricted.
         after += (JobNetworkPolicy("network", settings, names, namespace),)
+    # The training job takes the data claim only from a seed that succeeded: a Failed seed Job fails
+    # `pulumi up` and the job is never registered (on an empty volume).
+    data_claim = after_success(storage.data_claim, seed.outcome) if seed is not None else storage.data_claim
     inputs = JobInputs(
         names=names,
-        data_claim=storage.data_claim,
+        data_claim=data_claim,
         checkpoint_claim=storage.checkpoint_claim,
         secret_name=secret_name,
         service_account=identity.service_account_name,
@@ -117,8 +120,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         "s3SecretName": secret_name,
         "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,
-        "logsCommand": f"kubectl -n {ns} logs -f -l {JOB_LABEL}={names.job} --prefix "
-        f"--max-log-requests={settings.job_nodes + 1}",
+        "logsCommand": training_logs(settings, names.job),
         "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
     }

@@ -1,4 +1,18 @@
-"""ReadWriteMany storage: a StorageClass preset per cloud (or an existing class) and the two PVCs."""
+"""ReadWriteMany storage: a StorageClass preset per cloud (or an existing class) and the two PVCs.
+
+Re-attaching a retained checkpoint claim (`reattachRetained`) imports it. Since pulumi 3.174 an import
+is followed by an ordinary diff (`pkg/resource/deploy/step_generator.go`: the import step, then
+continueStepsFromImport), and the imported inputs are the live object's (`provider/pkg/provider/provider.go`
+Read, readFromCluster: every input property of the live object), so they carry what the API server
+and the PV binder filled in: `spec.volumeName` and `spec.volumeMode`. pulumi-kubernetes replaces a
+PVC when `.spec.accessModes`, `.spec.selector`, `.spec.storageClassName` or `.spec.volumeName` differ
+(`provider/pkg/provider/diff.go`, forceNew), and the engine refuses to replace a resource whose goal
+still names an import ID ("previously-imported resources that still specify an ID may not be
+replaced"). The claims therefore ignore `BINDER_FIELDS`, which the program never sets: the import is
+followed by an in-place update (metadata) at most. `storageClassName` is not ignored: the program
+always sets it, and a kept claim of another class is refused by the engine rather than silently kept.
+(Read at pulumi v3.259.0 and pulumi-kubernetes v4.32.0; see docs/ENGINE.md.)
+"""
 
 from __future__ import annotations
 
@@ -16,6 +30,8 @@ _PROVISIONERS = {
     "azure-files": "file.csi.azure.com",
     "aws-efs": "efs.csi.aws.com",
 }
+# Filled in by the API server (volumeMode, defaulted) and the PV binder (volumeName), never by us.
+BINDER_FIELDS = ["spec.volumeName", "spec.volumeMode"]
 
 
 def storage_class_args(settings: Settings) -> dict[str, Any] | None:
@@ -144,5 +160,5 @@ class TrainingStorage(pulumi.ComponentResource):
                 storage_class_name=class_name,
                 resources=k8s.core.v1.VolumeResourceRequirementsArgs(requests={"storage": size}),
             ),
-            opts=opts,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(ignore_changes=BINDER_FIELDS)),
         )

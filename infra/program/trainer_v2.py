@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE
+from infra.program.training_operator import CRD_TYPE, kept_crd
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/manager"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
@@ -58,17 +58,15 @@ def with_image(props: dict[str, Any], image: str) -> dict[str, Any]:
 def trainer_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
-    """A transform for the overlay's children: keeps the CRDs on destroy and points the two controllers
-    at the mirror's images when set. Everything else passes unchanged."""
+    """A transform for the overlay's children: keeps the CRDs on destroy (or adopts kept ones,
+    `trainerAdoptCrds`) and points the two controllers at the mirror's images when set. Everything
+    else passes unchanged."""
     images = mirrored_images(settings)
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         props: dict[str, Any] = dict(args.props)
         if args.type_ == CRD_TYPE:
-            return pulumi.ResourceTransformResult(
-                props=props,
-                opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True)),
-            )
+            return kept_crd(args, settings.trainer_adopt_crds)
         name = (props.get("metadata") or {}).get("name")
         if args.type_ != DEPLOYMENT_TYPE or name not in images:
             return None

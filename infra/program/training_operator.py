@@ -103,20 +103,40 @@ def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str,
     return deployment
 
 
+def kept_crd(args: pulumi.ResourceTransformArgs, adopt: bool) -> pulumi.ResourceTransformResult:
+    """A CRD of an overlay: kept when the stack is destroyed, and with `adopt` imported by its name.
+
+    The overlay's objects are children of the kustomize component (pulumi-kubernetes
+    `provider/pkg/provider/kustomize/v2`, registered under the Directory, URN
+    `...training-operator-manifests:<crd name>`), so a top-level `pulumi import` would make another
+    resource; setting `import` in the transform adopts the kept CRD as that very child. The Python SDK
+    carries a transform's `import_` back to the engine (`pulumi/runtime/_callbacks.py`,
+    TransformResourceOptions `import`), and the import reads the CRD by its name (cluster-scoped).
+    An import is followed by an ordinary diff and update (pulumi 3.174 and later), which applies the
+    overlay's CRD over the kept one; a later `pulumi up` with the switch still on imports nothing
+    again (the state's import ID is the same). (Read at pulumi-kubernetes v4.32.0, pulumi v3.259.0 and
+    the Python SDK 3.272.0; see docs/ENGINE.md.)
+    """
+    props: dict[str, Any] = dict(args.props)
+    name = (props.get("metadata") or {}).get("name")
+    adopt_opts = pulumi.ResourceOptions(retain_on_delete=True, import_=name if adopt and name else None)
+    return pulumi.ResourceTransformResult(
+        props=props, opts=pulumi.ResourceOptions.merge(args.opts, adopt_opts)
+    )
+
+
 def operator_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """A transform for the overlay's children: rewrites the operator Deployment, and keeps the CRDs when
     the stack is destroyed (deleting a CRD deletes every object of its kind in the cluster, every
-    team's PyTorchJobs included). Everything else passes unchanged."""
+    team's PyTorchJobs included) or adopts kept ones (`operatorAdoptCrds`). Everything else passes
+    unchanged."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         props: dict[str, Any] = dict(args.props)
         if args.type_ == CRD_TYPE:
-            return pulumi.ResourceTransformResult(
-                props=props,
-                opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(retain_on_delete=True)),
-            )
+            return kept_crd(args, settings.operator_adopt_crds)
         if args.type_ != "kubernetes:apps/v1:Deployment":
             return None
         if (props.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:

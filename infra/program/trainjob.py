@@ -41,6 +41,7 @@ from infra.program.jobs import (
     failure_gate,
     job_metadata,
     replace_on_any_change,
+    training_logs,
 )
 from infra.program.meta import BAD_INPUT_EXIT_CODES, PEER_LOST_EXIT_CODE, labels
 from infra.program.podspec import container_resources, pod_template
@@ -197,7 +198,7 @@ class TrainJob(pulumi.ComponentResource):
         )
         self.job_name = job.id.apply(lambda _: names.job)
         self.outcome = (
-            failure_gate(job, "TrainJob", names.job)
+            failure_gate(job, "TrainJob", names.job, training_logs(settings, names.job, follow=False))
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
         )

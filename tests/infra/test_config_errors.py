@@ -209,6 +209,14 @@ BAD_CONFIGS = [
         "config ddp-mnist:reattachRetained=true is invalid: must be false unless checkpointVolumeRetain is true (nothing was retained)",
     ),
     (
+        {"operatorAdoptCrds": True, "operatorInstall": False, "operatorInitContainerRestricted": True},
+        "config ddp-mnist:operatorAdoptCrds=true is invalid: must be false unless operatorInstall is true (nothing is installed)",
+    ),
+    (
+        {"trainerAdoptCrds": True},
+        "config ddp-mnist:trainerAdoptCrds=true is invalid: must be false unless trainerInstall is true (nothing is installed)",
+    ),
+    (
         {"jobQueueName": "team-a"},
         'config ddp-mnist:jobClusterQueue="" is invalid: must be the Kueue ClusterQueue that LocalQueue team-a (jobQueueName) points at: the stack creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended',
     ),

@@ -113,3 +113,137 @@ def test_the_kueue_local_queue_is_created_before_the_job():
     job = _registration(rendering, JOB_TYPES["pytorchjob"])
     assert "queue-local-queue" in job.dependencies
     assert by_kind(render_config({}), "LocalQueue") == []
+
+
+# pulumi-kubernetes (provider/pkg/provider/diff.go, forceNew): a difference in any of these replaces a PVC.
+PVC_REPLACE_FIELDS = ("accessModes", "selector", "storageClassName", "volumeName")
+
+
+def _replaced_on_import(live_spec, program_spec, ignore_changes):
+    """The PVC fields that make the diff after an import a replacement: the engine keeps the old
+    (imported, live) value of an ignored path in the new inputs before the provider diffs them."""
+    new = dict(program_spec)
+    for path in ignore_changes:
+        field = path.removeprefix("spec.")
+        if field in live_spec:
+            new[field] = live_spec[field]
+    return sorted(f for f in PVC_REPLACE_FIELDS if live_spec.get(f) != new.get(f))
+
+
+def test_reattaching_the_retained_claim_is_no_replacement():
+    rendering = render_config({"reattachRetained": True})
+    claims = {r.name: r for r in rendering.registrations if r.type.endswith("PersistentVolumeClaim")}
+    claim = claims["storage-checkpoints"]
+    assert claim.import_id == "ddp-mnist/ddp-mnist-checkpoints"
+    (ours,) = [
+        o
+        for o in by_kind(rendering, "PersistentVolumeClaim")
+        if o["metadata"]["name"].endswith("checkpoints")
+    ]
+    # What the import reads back: our spec plus what the API server and the PV binder filled in.
+    live = {**ours["spec"], "volumeName": "pvc-8f1c7e55", "volumeMode": "Filesystem"}
+    assert _replaced_on_import(live, ours["spec"], ()) == ["volumeName"]  # what the engine refuses
+    assert _replaced_on_import(live, ours["spec"], claim.options.ignore_changes) == []
+    assert set(claim.options.ignore_changes) == {"spec.volumeName", "spec.volumeMode"}
+    # Same options without the switch: turning it off after the import replaces nothing either.
+    assert render_config({}).registrations and all(
+        r.options.ignore_changes == claim.options.ignore_changes
+        for r in render_config({}).registrations
+        if r.type.endswith("PersistentVolumeClaim")
+    )
+    # The class is ours to set: a kept claim of another class is refused, never silently kept.
+    assert _replaced_on_import(
+        {**live, "storageClassName": "other"}, ours["spec"], claim.options.ignore_changes
+    ) == ["storageClassName"]
+
+
+# pulumi-kubernetes (provider/pkg/metadata/overrides.go, allowsSkipAwaitWithDelete): kinds whose deletion
+# is not awaited when they carry pulumi.com/skipAwait.
+SKIPS_DELETION_WAIT = {
+    "Namespace",
+    "Pod",
+    "ReplicationController",
+    "DaemonSet",
+    "Deployment",
+    "StatefulSet",
+    "Job",
+}
+
+
+def _deletion_awaited(obj):
+    annotations = obj["metadata"].get("annotations") or {}
+    return not (annotations.get("pulumi.com/skipAwait") == "true" and obj["kind"] in SKIPS_DELETION_WAIT)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"jobKind": "pytorchjob"},
+        {"jobKind": "indexed-job"},
+        {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False},
+    ],
+)
+def test_a_job_not_awaited_is_still_deleted_before_its_replacement_is_created(values):
+    from tests.infra.conftest import training_job
+
+    job = training_job(render_config({**values, "jobWait": False}))
+    annotations = job["metadata"]["annotations"]
+    assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}  # satisfied once created
+    assert _deletion_awaited(job)
+
+
+def test_eks_gpu_as_shipped_waits_for_the_old_indexed_job_to_be_gone():
+    rendering = render(load_stack("eks-gpu"))
+    jobs = by_kind(rendering, "Job")
+    assert jobs and all(_deletion_awaited(j) for j in jobs)
+    assert [
+        r.delete_before_replace for r in rendering.registrations if r.name in ("trainer-job", "seed-job")
+    ] == [
+        True,
+        True,
+    ]
+
+
+def _crd_transform_result(transform, name):
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": name},
+    }
+    return transform(
+        pulumi.ResourceTransformArgs(
+            custom=True,
+            type_="kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+            name=f"training-operator-manifests:{name}",
+            props=crd,
+            opts=pulumi.ResourceOptions(),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "install", "crd"),
+    [
+        ({"operatorAdoptCrds": True}, "training-operator-manifests", "pytorchjobs.kubeflow.org"),
+        (
+            {
+                "stackRole": "platform",
+                "operatorInstall": False,
+                "trainerInstall": True,
+                "trainerAdoptCrds": True,
+            },
+            "trainer-v2-manifests",
+            "trainjobs.trainer.kubeflow.org",
+        ),
+    ],
+)
+def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd):
+    (directory,) = [r for r in render_config(values).external if r.name == install]
+    (transform,) = directory.transforms
+    adopted = _crd_transform_result(transform, crd)
+    assert adopted.opts.import_ == crd  # a cluster-scoped object's import ID is its name
+    assert adopted.opts.retain_on_delete is True
+    off = {k: v for k, v in values.items() if not k.endswith("AdoptCrds")}
+    (directory,) = [r for r in render_config(off).external if r.name == install]
+    created = _crd_transform_result(directory.transforms[0], crd)
+    assert created.opts.import_ is None and created.opts.retain_on_delete is True

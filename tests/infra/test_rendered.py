@@ -356,7 +356,7 @@ def test_wait_annotations_and_run_policy():
         "ttlSecondsAfterFinished": 60,
     }
     no_wait = one(render_config({}), "PyTorchJob")
-    assert no_wait["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert no_wait["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
 
 
 def test_single_node_job_has_no_workers():

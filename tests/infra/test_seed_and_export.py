@@ -164,9 +164,61 @@ def test_a_failed_job_ends_the_wait_and_fails_pulumi_up_with_one_line(job_kind, 
     }
     with pytest.raises(pulumi.RunError) as raised:
         run_program(config, _FinishedJobs(kind, failed))
+    # A failed first `up` records no stack output: the message carries the command itself.
     assert str(raised.value) == (
         f"{kind} mnist-r1 failed (BackoffLimitExceeded): Job has reached the specified backoff limit; "
-        "its pods' logs say why (stack output logsCommand)"
+        "its pods' logs: kubectl -n ddp-mnist logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     )
     _, outputs = run_program(config, _FinishedJobs(kind, {"type": done, "status": "True"}))
     assert outputs["jobOutcome"] == done
+
+
+class _SeedEndsWith(RecordingMocks):
+    """Mocks whose seed Job comes back from the wait with a final condition."""
+
+    def __init__(self, condition: dict[str, str]) -> None:
+        super().__init__()
+        self.condition = condition
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        rid, outputs = super().new_resource(args)
+        if args.typ == "kubernetes:batch/v1:Job" and args.name == "seed-job":
+            outputs = {**outputs, "status": {"conditions": [self.condition]}}
+        return rid, outputs
+
+
+@pytest.mark.parametrize(
+    ("job_kind", "job_type"),
+    [("pytorchjob", "kubernetes:kubeflow.org/v1:PyTorchJob"), ("indexed-job", "kubernetes:batch/v1:Job")],
+)
+def test_a_failed_seed_job_stops_pulumi_up_before_the_training_job_is_registered(job_kind, job_type):
+    config = stack_config({**BASE, "seedSource": "https", "jobKind": job_kind})
+    failed = {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": "exit code 3"}
+    mocks = _SeedEndsWith(failed)
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(config, mocks)
+    assert str(raised.value) == (
+        "Job ddp-mnist-seed failed (PodFailurePolicy): exit code 3; its pods' logs: "
+        "kubectl -n ddp-mnist logs -l ddp-mnist.io/job=ddp-mnist-seed --prefix --max-log-requests=5"
+    )
+    registered = {(r.type, r.name) for r in mocks.registrations}
+    assert ("kubernetes:batch/v1:Job", "seed-job") in registered
+    assert (job_type, "trainer-job") not in registered  # never created on an empty volume
+
+    mocks = _SeedEndsWith({"type": "Complete", "status": "True"})
+    _, outputs = run_program(config, mocks)
+    assert outputs["seedOutcome"] == "Complete"
+    (training,) = [r for r in mocks.registrations if (r.type, r.name) == (job_type, "trainer-job")]
+    assert "seed-job" in training.dependencies
+
+
+def test_a_seed_job_that_is_not_complete_in_the_cluster_runs_again_at_the_next_up():
+    """pulumi-kubernetes replaces a Job annotated replaceUnready unless the live Job is Complete, deleting
+    it first (it is named): a failed seed runs again once its cause is fixed, without `--replace`."""
+    rendering = render_config({"seedSource": "https", "jobKind": "indexed-job"})
+    assert _seed(rendering)["metadata"]["annotations"]["pulumi.com/replaceUnready"] == "true"
+    (seed,) = [r for r in rendering.registrations if r.name == "seed-job"]
+    assert seed.delete_before_replace is True
+    # Only the seed: a running training job is never replaced just because it has not finished yet.
+    (training,) = [r for r in by_kind(rendering, "Job") if r["metadata"]["name"] == "mnist-r1"]
+    assert "pulumi.com/replaceUnready" not in training["metadata"]["annotations"]

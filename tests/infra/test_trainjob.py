@@ -243,7 +243,7 @@ def test_trainjob_references_the_runtime_with_nodes_processes_queue_and_deadline
     }
     assert trainjob["spec"]["activeDeadlineSeconds"] == 7200
     assert trainjob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    assert trainjob["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+    assert trainjob["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     assert "activeDeadlineSeconds" not in one(_trainjob(), "TrainJob")["spec"]
 
 
@@ -284,17 +284,18 @@ def test_waiting_for_a_trainjob_ends_on_complete_or_failed_and_a_failure_fails_t
         "pulumi.com/timeoutSeconds": "900",
     }
     done = {"conditions": [{"type": "Complete", "status": "True"}]}
-    assert job_outcome(done, "TrainJob", "mnist-r1") == "Complete"
+    logs = "kubectl -n ddp-mnist logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
+    assert job_outcome(done, "TrainJob", "mnist-r1", logs) == "Complete"
     failed = {
         "conditions": [
             {"type": "Failed", "status": "True", "reason": "ReachedMaxRestarts", "message": "jobset failed"}
         ]
     }
     with pytest.raises(pulumi.RunError) as raised:
-        job_outcome(failed, "TrainJob", "mnist-r1")
-    assert str(raised.value) == (
-        "TrainJob mnist-r1 failed (ReachedMaxRestarts): jobset failed; its pods' logs say why "
-        "(stack output logsCommand)"
+        job_outcome(failed, "TrainJob", "mnist-r1", logs)
+    assert (
+        str(raised.value)
+        == f"TrainJob mnist-r1 failed (ReachedMaxRestarts): jobset failed; its pods' logs: {logs}"
     )
 
 
