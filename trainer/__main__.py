@@ -34,29 +34,31 @@ def main(argv: list[str] | None = None) -> int:
 def exit_process(code: int) -> NoReturn:
     """Flush stdout and stderr, then end the process with ``code`` without interpreter finalization.
 
-    Every output the trainer leaves is already complete on disk when this runs (checkpoints,
-    ``model.pt`` and ``metrics.json`` are written by :mod:`trainer.fsio`: fsynced, renamed, directory
-    fsynced) and the export has returned, so finalization has nothing left to save; all it could
-    still do is tear down what torch's distributed runtime leaves behind, and that teardown is what
-    fails:
+    Every output the trainer leaves is complete on disk before this runs (checkpoints, ``model.pt``
+    and ``metrics.json`` go through :mod:`trainer.fsio`: fsynced, renamed, directory fsynced) and the
+    export has returned, so finalization has nothing left to save. What it would still do is tear
+    down what torch's distributed runtime leaves behind, and that teardown can change the exit code:
 
-    - after a finished run, ``destroy_process_group()`` has shut the gloo backend down, but the C++
-      objects behind it (the ProcessGroupGloo with its worker threads, the gloo transport's device
-      loop thread and pairs, the c10d store client) are freed only when their last Python reference
-      goes: the DDP reducer and the module hooks that hold them live in reference cycles that only
-      the interpreter's final collection breaks, in no defined order, and whatever is still alive
-      then is destroyed by C++ static destruction at ``exit()`` while its threads still run. A
-      ``std::thread`` destroyed while joinable calls ``std::terminate()`` ("terminate called without
-      an active exception"): the rank dies of SIGABRT (134), torchrun stops its peers and reports the
-      run failed although it trained and wrote everything (measured: 5 in 157 short 2-rank gloo runs;
-      ``bench/stress_exit.py``);
-    - after a lost peer the process group is broken and tearing it down can also block on the lost
-      peer (NCCL's communicator abort, gloo's pending work), which would turn exit 200 into a hang;
+    - after a finished run, ``destroy_process_group()`` has shut the backend down and dropped the
+      default group from torch's registry, but the C++ objects behind it (ProcessGroupGloo and its
+      worker threads, the gloo transport's device and pairs, the store client) are released only
+      with their last owner: the DDP module (its reducer keeps the group) and whatever else holds a
+      reference are freed during finalization, in no defined order, some of them only by C++ static
+      destruction inside ``exit()`` while other threads still run. In about 3% of short 2-rank gloo
+      runs (5 in 157; ``bench/stress_exit.py``) one rank then died in that teardown with libstdc++'s
+      "terminate called without an active exception", which is what ``std::terminate()`` prints when
+      no exception is active, e.g. from the destructor of a ``std::thread`` that is still joinable:
+      SIGABRT, exit 134, after the rank had passed the final barrier and rank 0 had written
+      everything. torchrun then stops the other ranks and reports the run failed (on a cluster: a
+      failed pod, a restarted or failed job, and an export cut short by SIGTERM);
+    - after a lost peer the process group is broken, and tearing it down can block on the lost peer
+      (NCCL's communicator abort, gloo's pending work), which would turn exit 200 into a hang;
     - after a usage, data, credentials or export error (2-7) the same objects may exist.
 
-    ``os._exit`` skips all of it: no ``atexit`` handlers (the trainer registers none; torch's
-    distributed package registers none in a worker), no object destructors, no static destructors.
-    The exit code is then exactly the trainer's, whatever torch's teardown would have done.
+    ``os._exit`` skips all of it: no ``atexit`` handlers (the trainer registers none), no object
+    finalizers, no C++ static destructors. The exit code is exactly the trainer's, whatever torch's
+    teardown would have done. The race itself has no known deterministic trigger; the stress figure
+    in ``docs/BENCHMARKS.md`` is the evidence (``tests/trainer/test_exit.py`` pins the mechanism).
     """
     sys.stdout.flush()
     sys.stderr.flush()
