@@ -423,6 +423,19 @@ class Settings(BaseModel):
         "",
         "Kueue ClusterQueue the stack's LocalQueue (jobQueueName) points at; it must exist in the cluster.",
     )
+    kueue_api_version: Literal["v1beta2", "v1beta1"] = key(
+        "kueueApiVersion",
+        "v1beta2",
+        "API version of the LocalQueue (jobQueueName): v1beta2 (Kueue >= v0.15; its stored version from "
+        "v0.16, where v1beta1 is deprecated), or v1beta1 for Kueue before v0.15.",
+    )
+    kueue_pytorchjob_integration: bool = key(
+        "kueuePyTorchJobIntegration",
+        False,
+        "Declare that the cluster's Kueue manages PyTorchJobs ('kubeflow.org/pytorchjob' in its "
+        "integrations.frameworks): required for jobKind pytorchjob with jobQueueName, as Kueue from "
+        "v0.19 no longer enables it by default and would let the job run outside the queue.",
+    )
     job_master_port: int = key(
         "jobMasterPort",
         DEFAULT_MASTER_PORT,

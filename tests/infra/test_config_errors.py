@@ -213,6 +213,27 @@ BAD_CONFIGS = [
         'config ddp-mnist:jobClusterQueue="" is invalid: must be the Kueue ClusterQueue that LocalQueue team-a (jobQueueName) points at: the stack creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended',
     ),
     (
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus"},
+        "config ddp-mnist:kueuePyTorchJobIntegration=false is invalid: must be true with jobKind pytorchjob and jobQueueName, once 'kubeflow.org/pytorchjob' is in the integrations.frameworks of Kueue's Configuration: Kueue from v0.19 leaves it out by default and then lets the PyTorchJob run at once, outside the ClusterQueue's quota (or use jobKind indexed-job, which Kueue always manages)",
+    ),
+    (
+        {"kueueApiVersion": "v1alpha1"},
+        "config ddp-mnist:kueueApiVersion=v1alpha1 is invalid: must be one of 'v1beta2' or 'v1beta1'",
+    ),
+    (
+        {"jobKind": "trainjob", "trainerPresent": True, "kubernetesVersion": "1.30"},
+        "config ddp-mnist:kubernetesVersion=1.30 is invalid: must be 1.31 or later with jobKind trainjob: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 only (use jobKind pytorchjob or indexed-job on older clusters)",
+    ),
+    (
+        {
+            "stackRole": "platform",
+            "operatorInstall": False,
+            "trainerInstall": True,
+            "kubernetesVersion": "1.29",
+        },
+        "config ddp-mnist:kubernetesVersion=1.29 is invalid: must be 1.31 or later with trainerInstall true: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 only (use jobKind pytorchjob or indexed-job on older clusters)",
+    ),
+    (
         {"jobRestartPolicy": "ExitCode"},
         "config ddp-mnist:jobActiveDeadlineSeconds=0 is invalid: must be > 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods and its backoffLimit never counts them, so only a deadline bounds the retries",
     ),
@@ -337,3 +358,16 @@ def test_pinned_mirror_and_local_checkout_are_accepted():
         run_program(stack_config({**BASE, "operatorSource": source}), mocks)
         (install,) = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
         assert install.inputs["directory"] == source
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus", "kueuePyTorchJobIntegration": True},
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus", "jobKind": "indexed-job"},
+        {"jobKind": "trainjob", "trainerPresent": True, "kubernetesVersion": "1.31"},
+        {"jobKind": "pytorchjob", "kubernetesVersion": "1.29"},
+    ],
+)
+def test_kueue_and_kubernetes_version_combinations_that_work_are_accepted(values):
+    run_program(stack_config({**BASE, **values}), RecordingMocks())
