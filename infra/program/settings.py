@@ -210,8 +210,9 @@ class Settings(BaseModel):
     operator_source: str = key(
         "operatorSource",
         "",
-        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path or a git URL "
-        "with ?ref=<tag or commit>; empty uses the upstream standalone overlay at operatorVersion.",
+        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream standalone overlay at operatorVersion.",
     )
 
     operator_image: str = key(
@@ -255,9 +256,10 @@ class Settings(BaseModel):
     trainer_source: str = key(
         "trainerSource",
         "",
-        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path or a git URL "
-        "with ?ref=<tag or commit>; empty uses the upstream manifests/overlays/manager at trainerVersion "
-        "(which pulls JobSet's release manifests from GitHub).",
+        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream manifests/overlays/manager at trainerVersion (which pulls JobSet's "
+        "release manifests from GitHub).",
     )
     trainer_image: str = key(
         "trainerImage",

@@ -16,7 +16,9 @@ by a downwardAPI volume), so it is applied with the operator in one step, needs 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -61,9 +63,25 @@ RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
 """
 
 
+# The directory holding Pulumi.yaml. `main: infra/` makes infra/ the working directory of the program
+# and of the providers Pulumi starts for it (pulumi/pulumi `getPwdMain`: a `main` directory becomes
+# the pwd), and the Kubernetes provider hands `directory` to kustomize on the local filesystem as is
+# (pulumi/pulumi-kubernetes v4.32.0 `provider/pkg/provider/kustomize/v2/directory.go`: `k.Run(
+# kfilesys.MakeFsOnDisk(), directory)`), so a relative path would be read from infra/.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def kustomize_source(source: str) -> str:
+    """A kustomize source as the provider must get it: a local path written relative to the project
+    root (`./...`, `../...`) made absolute; an absolute path or a git URL unchanged."""
+    if source.startswith(("./", "../")) and "?ref=" not in source:
+        return os.path.normpath(PROJECT_ROOT / source)
+    return source
+
+
 def operator_source(settings: Settings) -> str:
     """Where the operator's manifests come from: the override, else upstream at the pinned tag."""
-    return settings.operator_source or f"{UPSTREAM}?ref={settings.operator_version}"
+    return kustomize_source(settings.operator_source) or f"{UPSTREAM}?ref={settings.operator_version}"
 
 
 def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pytest
 
@@ -349,15 +351,42 @@ def test_empty_names_and_unpinned_mirrors_are_rejected(values, message):
     assert _fails_before_registering(stack_config({**BASE, **values})) == message
 
 
-def test_pinned_mirror_and_local_checkout_are_accepted():
-    for source in (
-        "./vendor/trainer/manifests/overlays/standalone",
-        "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
-    ):
-        mocks = RecordingMocks()
-        run_program(stack_config({**BASE, "operatorSource": source}), mocks)
-        (install,) = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
-        assert install.inputs["directory"] == source
+ROOT = Path(__file__).resolve().parents[2]  # the directory of Pulumi.yaml
+
+
+@pytest.mark.parametrize(
+    ("key", "source", "directory"),
+    [
+        (
+            "operatorSource",
+            "./vendor/trainer/manifests/overlays/standalone",
+            str(ROOT / "vendor/trainer/manifests/overlays/standalone"),
+        ),
+        ("operatorSource", "../mirror/standalone", str(ROOT.parent / "mirror/standalone")),
+        ("operatorSource", "/srv/mirror/standalone", "/srv/mirror/standalone"),
+        (
+            "operatorSource",
+            "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
+            "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
+        ),
+        (
+            "trainerSource",
+            "./vendor/trainer/manifests/overlays/manager",
+            str(ROOT / "vendor/trainer/manifests/overlays/manager"),
+        ),
+    ],
+)
+def test_pinned_mirror_and_local_checkout_are_accepted(key, source, directory, monkeypatch):
+    """Pulumi runs the program and the provider in infra/ (`main: infra/`): a relative local path is
+    read from the project root, whatever the working directory, and reaches kustomize absolute."""
+    monkeypatch.chdir(ROOT / "infra")
+    values = {**BASE, key: source}
+    if key == "trainerSource":
+        values.update({"trainerInstall": True, "allowBothOperators": True})
+    mocks = RecordingMocks()
+    run_program(stack_config(values), mocks)
+    installs = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
+    assert directory in [r.inputs["directory"] for r in installs]
 
 
 @pytest.mark.parametrize(
