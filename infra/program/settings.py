@@ -225,8 +225,8 @@ class Settings(BaseModel):
         "operatorInitContainerImage",
         OPERATOR_INIT_IMAGE,
         "Image of the init container the installed operator adds to PyTorchJob Worker pods (it waits "
-        "for the master's DNS name; needs sh and nslookup); pinned by digest. Point it at a mirror on "
-        "air-gapped clusters.",
+        "for the master's DNS name; needs sh and getent, as alpine's musl-utils); pinned by digest. "
+        "Point it at a mirror on air-gapped clusters.",
     )
     operator_init_container_restricted: bool = key(
         "operatorInitContainerRestricted",

@@ -34,10 +34,23 @@ TEMPLATE_FILE = "initContainer.yaml"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 MAX_TRIES = 100  # upstream's --pytorch-init-container-max-tries default, kept
 
-# Upstream's template (same command, resources and pull policy), plus a securityContext that meets
+# Upstream's template (same loop, resources and pull policy), plus a securityContext that meets
 # Pod Security "restricted": a fixed non-root uid (alpine's `nobody`, since the image runs as root by
 # default), no privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root.
 # Fields: {{.InitContainerImage}}, {{.MaxTries}}, {{.MasterAddr}} (the Master's Service name).
+#
+# The lookup is `getent hosts`, not upstream's `nslookup`. Upstream's alpine:3.10 ran busybox 1.30;
+# alpine 3.20 runs busybox 1.36.1, whose nslookup (mirror/busybox tag 1_36_1 `networking/nslookup.c`:
+# `add_query_with_search`, `G.exitcode`) sends a query for the short name under every search domain of
+# resolv.conf at once and exits 1 when any reply is an error: in a pod (`search <ns>.svc.cluster.local
+# svc.cluster.local cluster.local`) the Master's name resolves under the first and is NXDOMAIN under
+# the others, so it exits 1 even when the name resolves and the Worker loops until MaxTries and fails.
+# `getent hosts NAME` is musl-utils' getent (alpinelinux/aports `main/musl/getent.c`; the alpine image
+# has it: `scripts/mkimg.minirootfs.sh` installs libc-utils, which depends on musl-utils): it calls
+# gethostbyname2 (AF_INET6, then AF_INET) and exits 0 on an answer, 2 on none. musl 1.2.5 (alpine 3.20)
+# `src/network/lookup_name.c` `name_from_dns_search` tries the search domains in order (names with
+# fewer dots than ndots), stops at the first that answers and moves on past NXDOMAIN, then the name as
+# given: the exit status says whether the name resolves, as the resolver the trainer uses would.
 RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
 - name: init-pytorch
   image: {{.InitContainerImage}}
@@ -59,7 +72,7 @@ RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
     runAsGroup: 65534
     seccompProfile:
       type: RuntimeDefault
-  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if getent hosts {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
 """
 
 
