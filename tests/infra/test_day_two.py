@@ -7,7 +7,7 @@ import pulumi
 import pytest
 
 from infra.offline.manifest import render
-from infra.offline.render import DEFAULT_CRD_DIR
+from infra.offline.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
 from infra.offline.stackconfig import load_stack
 from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
 
@@ -125,10 +125,26 @@ def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
     """kueueApiVersion picks the version; the object passes that version's CRD schema (strict)."""
     from infra.offline.crd import crd_validator
 
-    queue = one(render_config({**QUEUED, "kueueApiVersion": version}), "LocalQueue")
+    rendering = render_config({**QUEUED, "kueueApiVersion": version})
+    queue = one(rendering, "LocalQueue")
     assert queue["apiVersion"] == f"kueue.x-k8s.io/{version}"
     validator = crd_validator(LOCAL_QUEUE_CRD, version, strict=True)
     assert [e.message for e in validator.iter_errors(queue)] == []
+    assert validation_errors(rendering, "1.33", None) == []  # what `render --validate` runs
+    assert "LocalQueue" not in unchecked_kinds(rendering)
+
+
+def test_render_validation_reports_a_local_queue_kueue_would_refuse():
+    rendering = render_config(QUEUED)
+    queue = one(rendering, "LocalQueue")
+    queue["spec"]["clusterQueues"] = ["gpu-a100"]  # not a field of the CRD
+    assert validation_errors(rendering, "1.33", None) == [
+        "LocalQueue/team-a: Additional properties are not allowed ('clusterQueues' was unexpected) at $.spec"
+    ]
+    queue["apiVersion"] = "kueue.x-k8s.io/v1alpha1"
+    assert validation_errors(rendering, "1.33", None) == [
+        "LocalQueue/team-a: apiVersion kueue.x-k8s.io/v1alpha1 is not served by Kueue's LocalQueue CRD"
+    ]
 
 
 @pytest.mark.parametrize("seed_source", ["https", "s3"])
