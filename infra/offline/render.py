@@ -37,6 +37,26 @@ TRAINER_CRDS = {
 }
 JOBSET_CRD = "jobset.x-k8s.io_jobsets.yaml"
 TRAINER_GROUP = "trainer.kubeflow.org/"
+# Kueue's LocalQueue CRD (v1beta1 and v1beta2): each LocalQueue is checked at its own apiVersion.
+LOCAL_QUEUE_CRD = DEFAULT_CRD_DIR / "kueue.x-k8s.io_localqueues.yaml"
+KUEUE_GROUP = "kueue.x-k8s.io/"
+
+
+def is_local_queue(obj: dict[str, Any]) -> bool:
+    return obj["kind"] == "LocalQueue" and obj["apiVersion"].startswith(KUEUE_GROUP)
+
+
+def local_queue_errors(obj: dict[str, Any]) -> list[str]:
+    """A LocalQueue against Kueue's CRD at the object's version (strict: unknown fields are errors)."""
+    from infra.offline.crd import crd_validator
+
+    version = obj["apiVersion"].removeprefix(KUEUE_GROUP)
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    try:
+        validator = crd_validator(LOCAL_QUEUE_CRD, version, strict=True)
+    except StopIteration:
+        return [f"{where}: apiVersion {obj['apiVersion']} is not served by Kueue's LocalQueue CRD"]
+    return [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
 
 
 def _pod_facts(template: dict[str, Any]) -> str:
@@ -196,8 +216,8 @@ def validation_errors(
     rendering: Rendering, version: str, crd: Path | None, crd_dir: Path | None = None
 ) -> list[str]:
     """Strict upstream-schema errors of built-in objects, CRD-schema errors of PyTorchJobs and (with
-    `crd_dir` holding their CRDs) of Trainer v2's objects. Other custom resources (Kueue's LocalQueue)
-    have no schema here and are listed by `unchecked_kinds`."""
+    `crd_dir` holding their CRDs) of Trainer v2's objects, and of Kueue's LocalQueue when its CRD is
+    in ../shared. Other custom resources have no schema here and are listed by `unchecked_kinds`."""
     import kubernetes_validate
 
     from infra.offline.crd import crd_validator
@@ -210,6 +230,9 @@ def validation_errors(
         if obj["apiVersion"].startswith(TRAINER_GROUP) and obj["kind"] in TRAINER_CRDS:
             if trainer and crd_dir is not None:
                 errors += trainer_errors(obj, crd_dir)
+            continue
+        if is_local_queue(obj) and LOCAL_QUEUE_CRD.is_file():
+            errors += local_queue_errors(obj)
             continue
         if obj["apiVersion"].startswith("kubeflow.org/"):
             if validator is not None:
@@ -232,6 +255,7 @@ def unchecked_kinds(rendering: Rendering) -> list[str]:
             if not is_builtin(o)
             and not o["apiVersion"].startswith("kubeflow.org/")
             and not (o["apiVersion"].startswith(TRAINER_GROUP) and o["kind"] in TRAINER_CRDS)
+            and not (is_local_queue(o) and LOCAL_QUEUE_CRD.is_file())
         }
     )
 
@@ -319,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                 if crd_dir
                 else f"{', '.join(trainer_kinds)}: not checked (no CRD files, see --crd-dir)"
             )
+        if LOCAL_QUEUE_CRD.is_file() and any(is_local_queue(o) for o in rendering.objects):
+            checked.append("LocalQueue: Kueue's CRD schema (strict)")
         checked += [f"{kind}: not checked (no schema here)" for kind in unchecked_kinds(rendering)]
         checked.append(
             f"{len(view.admission.pods)} effective pods admitted under Pod Security "

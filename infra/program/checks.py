@@ -254,6 +254,16 @@ def _kueue(s: Settings, _: bool) -> Iterator[ConfigError]:
             f"the Kueue ClusterQueue that LocalQueue {s.job_queue_name} (jobQueueName) points at: the stack "
             "creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended",
         )
+    pytorchjob = s.stack_role != "platform" and s.job_kind == "pytorchjob"
+    if pytorchjob and s.job_queue_name and not s.kueue_pytorchjob_integration:
+        yield ConfigError(
+            "kueuePyTorchJobIntegration",
+            False,
+            "true with jobKind pytorchjob and jobQueueName, once 'kubeflow.org/pytorchjob' is in the "
+            "integrations.frameworks of Kueue's Configuration: Kueue from v0.19 leaves it out by default "
+            "and then lets the PyTorchJob run at once, outside the ClusterQueue's quota (or use jobKind "
+            "indexed-job, which Kueue always manages)",
+        )
 
 
 @check
@@ -326,6 +336,29 @@ def _trainer_install(s: Settings, _: bool) -> Iterator[ConfigError]:
             "true when jobKind is trainjob and trainerInstall is false: declare that Kubeflow Trainer v2 "
             "(with JobSet) is in the cluster, e.g. from the platform stack, or set trainerInstall true",
         )
+
+
+TRAINER_MIN_KUBERNETES = (1, 31)
+
+
+@check
+def _trainer_kubernetes_version(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """Kubeflow Trainer v2.3.0 supports Kubernetes >= 1.31 (kubeflow/trainer v2.3.0
+    docs/operator-guides/installation.md, charts/kubeflow-trainer/README.md)."""
+    minor = tuple(int(part) for part in s.kubernetes_version.split("."))
+    if minor >= TRAINER_MIN_KUBERNETES:
+        return
+    for uses, why in (
+        (s.trainer_install, "trainerInstall true"),
+        (s.stack_role != "platform" and s.job_kind == "trainjob", "jobKind trainjob"),
+    ):
+        if uses:
+            yield ConfigError(
+                "kubernetesVersion",
+                s.kubernetes_version,
+                f"1.31 or later with {why}: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 "
+                "only (use jobKind pytorchjob or indexed-job on older clusters)",
+            )
 
 
 @check

@@ -57,6 +57,17 @@ def _allowed(error: Mapping[str, Any]) -> str:
     return messages.get(kind, lambda: str(error["msg"]))()
 
 
+# Only the credential keys are read as Pulumi secrets (`require_secret`); every other value is read
+# raw and reaches pod env, Pulumi state, outputs and error messages in plain text, so a value the user
+# marked secret there would lose its secrecy silently.
+_NOT_SECRET = (
+    "set without --secret: only minioAccessKey and minioSecretKey are kept secret, and this key's "
+    "value is written in plain text to the rendered objects, Pulumi state and outputs "
+    "(pulumi config set {alias} <value>; for credentials use minioAccessKey/minioSecretKey or "
+    "minioExistingSecret)"
+)
+
+
 def _parse_raw(alias: str, name: str, raw: str, secret: bool) -> Any:
     if not _is_list(name):
         return raw
@@ -73,7 +84,10 @@ def _parse_raw(alias: str, name: str, raw: str, secret: bool) -> Any:
 
 def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Settings, bool]:
     """Validate a stack's raw config map (`ddp-mnist:key` -> string). Returns the settings and
-    whether the S3 key pair is set. Raises ConfigError for the first bad key."""
+    whether the S3 key pair is set. Raises ConfigError for the first bad key.
+
+    `secret_keys` are the full keys set with `--secret` (or `secure:` in the stack file); any of them
+    other than the credential pair is refused, never shown."""
     aliases = _aliases()
     values: dict[str, Any] = {}
     prefix = f"{PROJECT}:"
@@ -95,6 +109,8 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
             close = difflib.get_close_matches(alias, [*aliases, *SECRET_KEYS], n=1)
             hint = f"did you mean {close[0]}?" if close else "see the config block of Pulumi.yaml"
             raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})", secret=secret)
+        if secret:
+            raise ConfigError(alias, raw[full_key], _NOT_SECRET.format(alias=alias), secret=True)
         values[alias] = _parse_raw(alias, aliases[alias], raw[full_key], secret)
     try:
         settings = Settings.model_validate(values)
@@ -119,6 +135,10 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
 
 
 def _runtime_config() -> tuple[dict[str, str], set[str]]:
+    """The program's raw config and its secret keys, from both places the Python SDK (3.272.0,
+    `pulumi/runtime/config.py`) keeps them: the language host's `PULUMI_CONFIG` /
+    `PULUMI_CONFIG_SECRET_KEYS` environment (`get_config_env`, `get_config_secret_keys_env`), and the
+    context set by `set_all_config` (`CONFIG`, `_SECRET_KEYS`, what `is_config_secret` reads)."""
     from pulumi.runtime import config as runtime_config
 
     raw = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}

@@ -185,13 +185,19 @@ class KubeflowJob(pulumi.CustomResource):
         )
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def queue_label(settings: Settings) -> dict[str, str]:
+    """The Kueue queue label every workload of the stack carries when jobQueueName is set."""
+    return {QUEUE_LABEL: settings.job_queue_name} if settings.job_queue_name else {}
+
+
 def job_metadata(
     settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str], kind: str
 ) -> k8s.meta.v1.ObjectMetaArgs:
     """Name, labels (Kueue queue) and the annotations that tell Pulumi whether to wait for the run."""
-    job_labels = labels(settings, "trainer")
-    if settings.job_queue_name:
-        job_labels["kueue.x-k8s.io/queue-name"] = settings.job_queue_name
+    job_labels = {**labels(settings, "trainer"), **queue_label(settings)}
     if settings.job_wait:
         annotations = wait_annotations(kind, settings.job_wait_timeout_seconds)
     else:
@@ -302,6 +308,9 @@ class JobQueue(pulumi.ComponentResource):
 
     Kueue suspends a Job labelled with a queue name and keeps it inadmissible until a LocalQueue of
     that name exists in its namespace; the stack creates the namespace, so it creates the queue too.
+    Rendered as `kueue.x-k8s.io/<kueueApiVersion>`: v1beta2 by default (kubernetes-sigs/kueue
+    `config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml`: served from v0.15.0, the stored
+    version with v1beta1 marked deprecated from v0.16.0); its spec `clusterQueue` is the same in both.
     """
 
     def __init__(
@@ -312,9 +321,9 @@ class JobQueue(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{PROJECT}:training:JobQueue", name, {}, opts)
-        k8s.apiextensions.CustomResource(
+        self.local_queue = k8s.apiextensions.CustomResource(
             f"{name}-local-queue",
-            api_version="kueue.x-k8s.io/v1beta1",
+            api_version=f"kueue.x-k8s.io/{settings.kueue_api_version}",
             kind="LocalQueue",
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=settings.job_queue_name, namespace=namespace, labels=labels(settings, "queue")

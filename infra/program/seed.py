@@ -14,6 +14,13 @@ preview and up and replaces it, deleting it first, unless it is Complete
 (`provider/pkg/await/checker/job/check.go`).
 So after a failure (or an interrupted run) the next `pulumi up` runs the seed again, without
 `--replace`; a Complete seed Job is left alone.
+
+With jobQueueName the seed Job carries the same Kueue queue label as the training job and is created
+after the LocalQueue: on a Kueue configured with `manageJobsWithoutQueueName: true` an unlabelled Job
+is suspended and never admitted, which would leave `pulumi up` waiting out jobWaitTimeoutSeconds and
+never create the training job. Its requests (250m CPU, 256Mi memory) then count against the
+ClusterQueue, which must cover cpu and memory (Kueue v0.19.0 `pkg/scheduler/flavorassigner/
+flavorassigner.go`: a resource outside the ClusterQueue's resourceGroups is "unavailable").
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from infra.program.jobs import (
     failure_gate,
     logs_command,
     pod_failure_policy,
+    queue_label,
     replace_on_any_change,
     wait_annotations,
 )
@@ -37,6 +45,8 @@ core = k8s.core.v1
 net = k8s.networking.v1
 SEED_JOB = f"{PROJECT}-seed"
 CONTAINER = "seed"
+SEED_CPU_REQUEST = "250m"
+SEED_MEMORY_REQUEST = "256Mi"
 HTTPS = 443
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 
@@ -64,7 +74,7 @@ def seed_pod_template(
         args=seed_args(settings),
         env=[*base_env(), *(s3_env(settings, secret_name) if settings.seed_source == "s3" else [])],
         resources=core.ResourceRequirementsArgs(
-            requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
+            requests={"cpu": SEED_CPU_REQUEST, "memory": SEED_MEMORY_REQUEST}, limits={"memory": "512Mi"}
         ),
         volume_mounts=[
             core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT),
@@ -142,11 +152,12 @@ class DataSeed(pulumi.ComponentResource):
         data_claim: pulumi.Input[str],
         secret_name: pulumi.Input[str] | None,
         service_account: pulumi.Input[str] | None,
+        queue: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{PROJECT}:data:DataSeed", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        after: tuple[pulumi.Resource, ...] = ()
+        after: tuple[pulumi.Resource, ...] = (queue,) if queue is not None else ()
         if settings.job_network_policy:
             after += (
                 net.NetworkPolicy(
@@ -163,7 +174,7 @@ class DataSeed(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=SEED_JOB,
                 namespace=namespace,
-                labels=labels(settings, "seed"),
+                labels={**labels(settings, "seed"), **queue_label(settings)},
                 # Always awaited: the training job must not start on an empty volume. Replaced at the
                 # next `pulumi up` unless it is Complete in the cluster (a failed seed runs again).
                 annotations={

@@ -211,8 +211,9 @@ class Settings(BaseModel):
     operator_source: str = key(
         "operatorSource",
         "",
-        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path or a git URL "
-        "with ?ref=<tag or commit>; empty uses the upstream standalone overlay at operatorVersion.",
+        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream standalone overlay at operatorVersion.",
     )
 
     operator_image: str = key(
@@ -225,8 +226,8 @@ class Settings(BaseModel):
         "operatorInitContainerImage",
         OPERATOR_INIT_IMAGE,
         "Image of the init container the installed operator adds to PyTorchJob Worker pods (it waits "
-        "for the master's DNS name; needs sh and nslookup); pinned by digest. Point it at a mirror on "
-        "air-gapped clusters.",
+        "for the master's DNS name; needs sh and getent, as alpine's musl-utils); pinned by digest. "
+        "Point it at a mirror on air-gapped clusters.",
     )
     operator_init_container_restricted: bool = key(
         "operatorInitContainerRestricted",
@@ -256,9 +257,10 @@ class Settings(BaseModel):
     trainer_source: str = key(
         "trainerSource",
         "",
-        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path or a git URL "
-        "with ?ref=<tag or commit>; empty uses the upstream manifests/overlays/manager at trainerVersion "
-        "(which pulls JobSet's release manifests from GitHub).",
+        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream manifests/overlays/manager at trainerVersion (which pulls JobSet's "
+        "release manifests from GitHub).",
     )
     trainer_image: str = key(
         "trainerImage",
@@ -440,6 +442,19 @@ class Settings(BaseModel):
         "jobClusterQueue",
         "",
         "Kueue ClusterQueue the stack's LocalQueue (jobQueueName) points at; it must exist in the cluster.",
+    )
+    kueue_api_version: Literal["v1beta2", "v1beta1"] = key(
+        "kueueApiVersion",
+        "v1beta2",
+        "API version of the LocalQueue (jobQueueName): v1beta2 (Kueue >= v0.15; its stored version from "
+        "v0.16, where v1beta1 is deprecated), or v1beta1 for Kueue before v0.15.",
+    )
+    kueue_pytorchjob_integration: bool = key(
+        "kueuePyTorchJobIntegration",
+        False,
+        "Declare that the cluster's Kueue manages PyTorchJobs ('kubeflow.org/pytorchjob' in its "
+        "integrations.frameworks): required for jobKind pytorchjob with jobQueueName, as Kueue from "
+        "v0.19 no longer enables it by default and would let the job run outside the queue.",
     )
     job_master_port: int = key(
         "jobMasterPort",

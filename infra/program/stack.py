@@ -70,18 +70,25 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     names = job_names(settings)
     identity = JobServiceAccount("identity", settings, names, namespace)
     after: tuple[pulumi.Resource, ...] = ()
+    queue = JobQueue("queue", settings, namespace).local_queue if settings.job_queue_name else None
     seed = None
     if settings.seeds_data:
         seed = DataSeed(
-            "seed", settings, namespace, storage.data_claim, secret_name, identity.service_account_name
+            "seed",
+            settings,
+            namespace,
+            storage.data_claim,
+            secret_name,
+            identity.service_account_name,
+            queue=queue,  # queued like the training job, once its LocalQueue exists
         )
         after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
     if settings.operator_install:
         after += (TrainingOperator("training-operator", settings),)
     if settings.trainer_install:
         after += (TrainerV2("trainer-v2", settings),)
-    if settings.job_queue_name:
-        after += (JobQueue("queue", settings, namespace),)
+    if queue is not None:
+        after += (queue,)
     if settings.job_network_policy:
         # In place before the first pod starts, so no pod of the job ever runs unrestricted.
         after += (JobNetworkPolicy("network", settings, names, namespace),)

@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE, kept_crd
+from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/manager"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
@@ -36,7 +36,7 @@ DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 
 def trainer_source(settings: Settings) -> str:
     """Where Trainer v2's manifests come from: the override, else upstream at the pinned tag."""
-    return settings.trainer_source or f"{UPSTREAM}?ref={settings.trainer_version}"
+    return kustomize_source(settings.trainer_source) or f"{UPSTREAM}?ref={settings.trainer_version}"
 
 
 def mirrored_images(settings: Settings) -> dict[str, str]:

@@ -16,7 +16,9 @@ by a downwardAPI volume), so it is applied with the operator in one step, needs 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -32,10 +34,23 @@ TEMPLATE_FILE = "initContainer.yaml"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 MAX_TRIES = 100  # upstream's --pytorch-init-container-max-tries default, kept
 
-# Upstream's template (same command, resources and pull policy), plus a securityContext that meets
+# Upstream's template (same loop, resources and pull policy), plus a securityContext that meets
 # Pod Security "restricted": a fixed non-root uid (alpine's `nobody`, since the image runs as root by
 # default), no privilege escalation, no capabilities, RuntimeDefault seccomp, read-only root.
 # Fields: {{.InitContainerImage}}, {{.MaxTries}}, {{.MasterAddr}} (the Master's Service name).
+#
+# The lookup is `getent hosts`, not upstream's `nslookup`. Upstream's alpine:3.10 ran busybox 1.30;
+# alpine 3.20 runs busybox 1.36.1, whose nslookup (mirror/busybox tag 1_36_1 `networking/nslookup.c`:
+# `add_query_with_search`, `G.exitcode`) sends a query for the short name under every search domain of
+# resolv.conf at once and exits 1 when any reply is an error: in a pod (`search <ns>.svc.cluster.local
+# svc.cluster.local cluster.local`) the Master's name resolves under the first and is NXDOMAIN under
+# the others, so it exits 1 even when the name resolves and the Worker loops until MaxTries and fails.
+# `getent hosts NAME` is musl-utils' getent (alpinelinux/aports `main/musl/getent.c`; the alpine image
+# has it: `scripts/mkimg.minirootfs.sh` installs libc-utils, which depends on musl-utils): it calls
+# gethostbyname2 (AF_INET6, then AF_INET) and exits 0 on an answer, 2 on none. musl 1.2.5 (alpine 3.20)
+# `src/network/lookup_name.c` `name_from_dns_search` tries the search domains in order (names with
+# fewer dots than ndots), stops at the first that answers and moves on past NXDOMAIN, then the name as
+# given: the exit status says whether the name resolves, as the resolver the trainer uses would.
 RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
 - name: init-pytorch
   image: {{.InitContainerImage}}
@@ -57,13 +72,29 @@ RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
     runAsGroup: 65534
     seccompProfile:
       type: RuntimeDefault
-  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if nslookup {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
+  command: ['sh', '-c', 'err=1;for i in $(seq {{.MaxTries}}); do if getent hosts {{.MasterAddr}}; then err=0 && break; fi;echo waiting for master; sleep 2; done; exit $err']
 """
+
+
+# The directory holding Pulumi.yaml. `main: infra/` makes infra/ the working directory of the program
+# and of the providers Pulumi starts for it (pulumi/pulumi `getPwdMain`: a `main` directory becomes
+# the pwd), and the Kubernetes provider hands `directory` to kustomize on the local filesystem as is
+# (pulumi/pulumi-kubernetes v4.32.0 `provider/pkg/provider/kustomize/v2/directory.go`: `k.Run(
+# kfilesys.MakeFsOnDisk(), directory)`), so a relative path would be read from infra/.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def kustomize_source(source: str) -> str:
+    """A kustomize source as the provider must get it: a local path written relative to the project
+    root (`./...`, `../...`) made absolute; an absolute path or a git URL unchanged."""
+    if source.startswith(("./", "../")) and "?ref=" not in source:
+        return os.path.normpath(PROJECT_ROOT / source)
+    return source
 
 
 def operator_source(settings: Settings) -> str:
     """Where the operator's manifests come from: the override, else upstream at the pinned tag."""
-    return settings.operator_source or f"{UPSTREAM}?ref={settings.operator_version}"
+    return kustomize_source(settings.operator_source) or f"{UPSTREAM}?ref={settings.operator_version}"
 
 
 def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pytest
 
@@ -221,6 +223,27 @@ BAD_CONFIGS = [
         'config ddp-mnist:jobClusterQueue="" is invalid: must be the Kueue ClusterQueue that LocalQueue team-a (jobQueueName) points at: the stack creates that LocalQueue in its namespace, and without one Kueue keeps the job suspended',
     ),
     (
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus"},
+        "config ddp-mnist:kueuePyTorchJobIntegration=false is invalid: must be true with jobKind pytorchjob and jobQueueName, once 'kubeflow.org/pytorchjob' is in the integrations.frameworks of Kueue's Configuration: Kueue from v0.19 leaves it out by default and then lets the PyTorchJob run at once, outside the ClusterQueue's quota (or use jobKind indexed-job, which Kueue always manages)",
+    ),
+    (
+        {"kueueApiVersion": "v1alpha1"},
+        "config ddp-mnist:kueueApiVersion=v1alpha1 is invalid: must be one of 'v1beta2' or 'v1beta1'",
+    ),
+    (
+        {"jobKind": "trainjob", "trainerPresent": True, "kubernetesVersion": "1.30"},
+        "config ddp-mnist:kubernetesVersion=1.30 is invalid: must be 1.31 or later with jobKind trainjob: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 only (use jobKind pytorchjob or indexed-job on older clusters)",
+    ),
+    (
+        {
+            "stackRole": "platform",
+            "operatorInstall": False,
+            "trainerInstall": True,
+            "kubernetesVersion": "1.29",
+        },
+        "config ddp-mnist:kubernetesVersion=1.29 is invalid: must be 1.31 or later with trainerInstall true: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 only (use jobKind pytorchjob or indexed-job on older clusters)",
+    ),
+    (
         {"jobRestartPolicy": "ExitCode"},
         "config ddp-mnist:jobActiveDeadlineSeconds=0 is invalid: must be > 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods and its backoffLimit never counts them, so only a deadline bounds the retries",
     ),
@@ -336,12 +359,52 @@ def test_empty_names_and_unpinned_mirrors_are_rejected(values, message):
     assert _fails_before_registering(stack_config({**BASE, **values})) == message
 
 
-def test_pinned_mirror_and_local_checkout_are_accepted():
-    for source in (
-        "./vendor/trainer/manifests/overlays/standalone",
-        "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
-    ):
-        mocks = RecordingMocks()
-        run_program(stack_config({**BASE, "operatorSource": source}), mocks)
-        (install,) = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
-        assert install.inputs["directory"] == source
+ROOT = Path(__file__).resolve().parents[2]  # the directory of Pulumi.yaml
+
+
+@pytest.mark.parametrize(
+    ("key", "source", "directory"),
+    [
+        (
+            "operatorSource",
+            "./vendor/trainer/manifests/overlays/standalone",
+            str(ROOT / "vendor/trainer/manifests/overlays/standalone"),
+        ),
+        ("operatorSource", "../mirror/standalone", str(ROOT.parent / "mirror/standalone")),
+        ("operatorSource", "/srv/mirror/standalone", "/srv/mirror/standalone"),
+        (
+            "operatorSource",
+            "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
+            "gitlab.example.com/mirror/trainer//manifests/overlays/standalone?ref=v1.9.4",
+        ),
+        (
+            "trainerSource",
+            "./vendor/trainer/manifests/overlays/manager",
+            str(ROOT / "vendor/trainer/manifests/overlays/manager"),
+        ),
+    ],
+)
+def test_pinned_mirror_and_local_checkout_are_accepted(key, source, directory, monkeypatch):
+    """Pulumi runs the program and the provider in infra/ (`main: infra/`): a relative local path is
+    read from the project root, whatever the working directory, and reaches kustomize absolute."""
+    monkeypatch.chdir(ROOT / "infra")
+    values = {**BASE, key: source}
+    if key == "trainerSource":
+        values.update({"trainerInstall": True, "allowBothOperators": True})
+    mocks = RecordingMocks()
+    run_program(stack_config(values), mocks)
+    installs = [r for r in mocks.registrations if r.type.startswith("kubernetes:kustomize")]
+    assert directory in [r.inputs["directory"] for r in installs]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus", "kueuePyTorchJobIntegration": True},
+        {"jobQueueName": "team-a", "jobClusterQueue": "gpus", "jobKind": "indexed-job"},
+        {"jobKind": "trainjob", "trainerPresent": True, "kubernetesVersion": "1.31"},
+        {"jobKind": "pytorchjob", "kubernetesVersion": "1.29"},
+    ],
+)
+def test_kueue_and_kubernetes_version_combinations_that_work_are_accepted(values):
+    run_program(stack_config({**BASE, **values}), RecordingMocks())

@@ -7,6 +7,7 @@ import pulumi
 import pytest
 
 from infra.offline.manifest import render
+from infra.offline.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
 from infra.offline.stackconfig import load_stack
 from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
 
@@ -104,10 +105,14 @@ def test_pytorchjob_backoff_limit_counts_incidents(nodes, incidents, limit):
     assert job["spec"]["runPolicy"]["backoffLimit"] == limit
 
 
+QUEUED = {"jobQueueName": "team-a", "jobClusterQueue": "gpu-a100", "kueuePyTorchJobIntegration": True}
+LOCAL_QUEUE_CRD = DEFAULT_CRD_DIR / "kueue.x-k8s.io_localqueues.yaml"  # Kueue's, v1beta1 and v1beta2
+
+
 def test_the_kueue_local_queue_is_created_before_the_job():
-    rendering = render_config({"jobQueueName": "team-a", "jobClusterQueue": "gpu-a100"})
+    rendering = render_config(QUEUED)
     queue = one(rendering, "LocalQueue")
-    assert queue["apiVersion"] == "kueue.x-k8s.io/v1beta1"
+    assert queue["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert queue["metadata"]["name"] == "team-a" and queue["metadata"]["namespace"] == "ddp-mnist"
     assert queue["spec"] == {"clusterQueue": "gpu-a100"}
     job = _registration(rendering, JOB_TYPES["pytorchjob"])
@@ -247,3 +252,50 @@ def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd
     (directory,) = [r for r in render_config(off).external if r.name == install]
     created = _crd_transform_result(directory.transforms[0], crd)
     assert created.opts.import_ is None and created.opts.retain_on_delete is True
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
+    """kueueApiVersion picks the version; the object passes that version's CRD schema (strict)."""
+    from infra.offline.crd import crd_validator
+
+    rendering = render_config({**QUEUED, "kueueApiVersion": version})
+    queue = one(rendering, "LocalQueue")
+    assert queue["apiVersion"] == f"kueue.x-k8s.io/{version}"
+    validator = crd_validator(LOCAL_QUEUE_CRD, version, strict=True)
+    assert [e.message for e in validator.iter_errors(queue)] == []
+    assert validation_errors(rendering, "1.33", None) == []  # what `render --validate` runs
+    assert "LocalQueue" not in unchecked_kinds(rendering)
+
+
+def test_render_validation_reports_a_local_queue_kueue_would_refuse():
+    rendering = render_config(QUEUED)
+    queue = one(rendering, "LocalQueue")
+    queue["spec"]["clusterQueues"] = ["gpu-a100"]  # not a field of the CRD
+    assert validation_errors(rendering, "1.33", None) == [
+        "LocalQueue/team-a: Additional properties are not allowed ('clusterQueues' was unexpected) at $.spec"
+    ]
+    queue["apiVersion"] = "kueue.x-k8s.io/v1alpha1"
+    assert validation_errors(rendering, "1.33", None) == [
+        "LocalQueue/team-a: apiVersion kueue.x-k8s.io/v1alpha1 is not served by Kueue's LocalQueue CRD"
+    ]
+
+
+@pytest.mark.parametrize("seed_source", ["https", "s3"])
+def test_the_seed_job_is_queued_like_the_training_job_after_the_local_queue(seed_source):
+    """With manageJobsWithoutQueueName Kueue suspends every unlabelled Job: the seed Job carries the
+    queue label too, and waits for the LocalQueue it names."""
+    values = {
+        **QUEUED,
+        "seedSource": seed_source,
+        "minioEndpoint": "minio.minio.svc:9000",
+        "minioExistingSecret": "minio-creds",
+    }
+    rendering = render_config(values)
+    seed = next(j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed")
+    assert seed["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    seed_registration = next(
+        r for r in rendering.registrations if r.type == "kubernetes:batch/v1:Job" and r.name == "seed-job"
+    )
+    assert "queue-local-queue" in seed_registration.dependencies
+    unqueued = render_config({k: v for k, v in values.items() if k not in QUEUED})
+    seed = next(j for j in by_kind(unqueued, "Job") if j["metadata"]["name"] == "ddp-mnist-seed")
+    assert "kueue.x-k8s.io/queue-name" not in seed["metadata"]["labels"]

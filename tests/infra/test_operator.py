@@ -138,7 +138,7 @@ def test_worker_pods_carry_the_operator_init_container_and_the_master_does_not()
     for worker in pods[1:]:
         (init,) = worker.spec["initContainers"]
         assert init["name"] == "init-pytorch"
-        assert "nslookup mnist-r1-master-0;" in init["command"][2]
+        assert "getent hosts mnist-r1-master-0;" in init["command"][2]
         assert init["securityContext"]["allowPrivilegeEscalation"] is False
         assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 

@@ -45,8 +45,8 @@ def test_render_writes_manifest_and_summary(tmp_path):
     assert result.stdout.count("admitted (restricted)") == 3  # the seed Job's pod and two nodes
     # No PyTorchJob in this stack, so no word about its CRD schema.
     assert (
-        "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: not checked (no schema "
-        "here); 3 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
+        "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: Kueue's CRD schema "
+        "(strict); 3 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
     ) in result.stdout
     effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
     assert [d["metadata"]["generateName"] for d in effective] == [

@@ -338,6 +338,7 @@ def test_wait_annotations_and_run_policy():
                 "jobActiveDeadlineSeconds": 3600,
                 "jobQueueName": "team-a",
                 "jobClusterQueue": "gpu",
+                "kueuePyTorchJobIntegration": True,
             }
         ),
         "PyTorchJob",

@@ -67,3 +67,25 @@ def test_values_set_as_secrets_are_never_echoed_in_errors():
 def test_empty_key_pair_from_the_schema_defaults_means_unset():
     rendering = render(stack_config({**BASE, "minioAccessKey": "", "minioSecretKey": ""}))
     assert [o for o in rendering.objects if o["kind"] == "Secret"] == []
+
+
+def test_a_key_other_than_the_credentials_set_as_secret_is_refused_without_echoing_it():
+    """Config is read raw: a secret minioEndpoint would reach the pods' env, state and outputs in plain
+    text. It is refused, naming the key, before anything is registered."""
+    from infra.offline.manifest import run_program
+    from infra.program.checks import ConfigError
+
+    for key, value in (("minioEndpoint", f"{CANARY_KEY}.example.com:9000"), ("jobNodes", "2")):
+        mocks = RecordingMocks()
+        try:
+            run_program(stack_config(dict(BASE), secrets={key: value}), mocks)
+        except ConfigError as exc:
+            assert str(exc) == (
+                f"config ddp-mnist:{key}=[secret] is invalid: must be set without --secret: only "
+                "minioAccessKey and minioSecretKey are kept secret, and this key's value is written in "
+                f"plain text to the rendered objects, Pulumi state and outputs (pulumi config set {key} "
+                "<value>; for credentials use minioAccessKey/minioSecretKey or minioExistingSecret)"
+            )
+            assert mocks.registrations == []
+        else:
+            raise AssertionError(f"a secret {key} was accepted")

@@ -86,8 +86,9 @@ def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
             "[local] pytorchjob mnist-r1: pod mnist-r1-worker-0, node rank 1; init containers init-pytorch first"
             in output
         )
-        assert "[mnist-r1-worker-0/init-pytorch] Name:\tmnist-r1-master-0" in output
-        assert output.index("[mnist-r1-worker-0/init-pytorch] Name:") < output.index("[mnist-r1-worker-0] ")
+        resolved = "[mnist-r1-worker-0/init-pytorch] 127.0.0.1         mnist-r1-master-0"  # getent hosts
+        assert resolved in output
+        assert output.index(resolved) < output.index("[mnist-r1-worker-0] ")
 
 
 def test_each_pod_gets_its_cluster_environment(tmp_path):
@@ -234,7 +235,7 @@ def test_a_failed_init_container_fails_its_pod_and_the_main_container_never_star
     job = _plan(render_config({**TWO_NODES, "jobRestartPolicy": "Never"}), tmp_path)
     worker = job.pods[1]
     (init,) = worker.init
-    assert init.argv[:2] == ["sh", "-c"] and "nslookup mnist-r1-master-0;" in init.argv[2]
+    assert init.argv[:2] == ["sh", "-c"] and "getent hosts mnist-r1-master-0;" in init.argv[2]
     init.argv[2] = "echo no master here; exit 7"
     ok, reason, output = _run(job, timeout=120)
     assert not ok

@@ -5,7 +5,8 @@ Pure planning, no processes: the pods are the controllers' effective pods after 
 injects. Here each container's env is resolved as the kubelet does (values, fieldRefs, Secret
 references), its volumes are mapped to local directories, and its command expanded. Cluster DNS names
 of the job's pods resolve to 127.0.0.1 and the rendezvous port is a free local one. Init containers
-run before the main container, with `nslookup` answered from the scheduler's own name map.
+run before the main container, with `getent hosts` and `nslookup` answered from the scheduler's own
+name map.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ class JobPlan:
     restart: RestartRule
     active_deadline: int | None
     volumes: dict[str, Path] = field(default_factory=dict)  # claim name -> local directory
-    dns_dir: Path | None = None  # the local name map the init containers' nslookup reads
+    dns_dir: Path | None = None  # the local name map the init containers' DNS lookups read
 
     @property
     def output_dir(self) -> Path | None:

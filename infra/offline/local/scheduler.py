@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from infra.offline.cluster import cluster_view
+from infra.offline.local.dns import COMMANDS as DNS_COMMANDS
 from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, workloads
 from infra.offline.local.s3 import LocalS3Error, local_s3
 from infra.offline.manifest import Rendering, render
@@ -188,16 +189,18 @@ class Supervisor:
             stale.unlink()
         self.bin_dir = self.dns_dir.parent / "bin"
         self.bin_dir.mkdir(parents=True, exist_ok=True)
-        shim = self.bin_dir / "nslookup"
-        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m infra.offline.local.nslookup "$@"\n')
-        shim.chmod(0o755)
+        for command in DNS_COMMANDS:  # the init containers' resolvers, answered from dns_dir
+            shim = self.bin_dir / command
+            shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m infra.offline.local.dns {command} "$@"\n')
+            shim.chmod(0o755)
 
     def say(self, line: str) -> None:
         with self.lock:
             print(line, file=self.out, flush=True)
 
     def init_env(self, env: dict[str, str]) -> dict[str, str]:
-        """An init container's env here: the host's tools (the image's stand-in), our `nslookup` first."""
+        """An init container's env here: the host's tools (the image's stand-in), our `getent` and
+        `nslookup` first."""
         return {
             **env,
             "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -537,7 +540,7 @@ def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[Jo
         init = ", ".join(c.name for c in pod.init)
         line = f"[local] {job.kind} {job.job_name}: pod {pod.name}, node rank {pod.index}"
         if init:
-            line += f"; init containers {init} first (their nslookup: a local stand-in for cluster DNS)"
+            line += f"; init containers {init} first (their DNS lookups: a local stand-in for cluster DNS)"
         print(line, file=out, flush=True)
     result = Supervisor(job, out).run(timeout)
     report(job, result, out)
