@@ -14,6 +14,7 @@ from infra.offline.effective import Controllers, derive
 from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
 from infra.offline.local.plan import workloads
 from infra.offline.manifest import RecordingMocks, render, run_program
+from infra.offline.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_present, validation_errors
 from infra.offline.stackconfig import load_stack
 from infra.program.settings import OPERATOR_INIT_IMAGE
 from infra.program.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE
@@ -127,6 +128,25 @@ def test_trainer_v2_gets_a_two_node_trainjob_that_is_admitted():
     assert view.admission.refusals == []
     assert len([p for p in view.admission.pods if p.owner == "TrainJob/trainer-smoke"]) == 2
     assert set(rendering.outputs) >= {"operatorSmokeCheck", "trainerSmokeCheck"}
+
+
+@pytest.mark.skipif(
+    not (DEFAULT_CRD.is_file() and trainer_crds_present(DEFAULT_CRD_DIR)),
+    reason="the PyTorchJob, Trainer v2 and JobSet CRD files are not in ../shared/k8s/crds",
+)
+def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
+    rendering = render(load_stack("gke-platform"))
+    assert {o["kind"] for o in rendering.objects} == {
+        "Namespace",
+        "PyTorchJob",
+        "TrainingRuntime",
+        "TrainJob",
+    }
+    assert validation_errors(rendering, "1.33", DEFAULT_CRD, DEFAULT_CRD_DIR) == []
+    broken = render(load_stack("gke-platform"))
+    one(broken, "TrainJob")["spec"]["trainer"]["numNodes"] = "two"
+    one(broken, "PyTorchJob")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "one"
+    assert len(validation_errors(broken, "1.33", DEFAULT_CRD, DEFAULT_CRD_DIR)) == 2
 
 
 @pytest.mark.parametrize(
