@@ -177,8 +177,9 @@ def smoke_outcome(status: Any, kind: str, name: str, settings: Settings) -> str:
             )
         elif ran:
             cause = (
-                "the Worker never started: its init container (which waits for the Master's name "
-                f"{name}-master-0) did not finish; DNS or the init image's nslookup"
+                "the Master ran but never saw the Worker start: the Worker's init container (which "
+                f"waits for the Master's name {name}-master-0) did not finish, or the Worker's name "
+                f"{name}-worker-0 does not resolve (cluster DNS)"
             )
         else:
             cause = f"{reason}: {message}"

@@ -236,8 +236,9 @@ DEADLINE = "Job operator-smoke has failed because it was active longer than spec
                 _condition("Running", "False", "PyTorchJobRunning", "PyTorchJob operator-smoke is running."),
                 _condition("Failed", reason="PyTorchJobFailed", message=BACKOFF),
             ],
-            "the Worker never started: its init container (which waits for the Master's name "
-            "operator-smoke-master-0) did not finish; DNS or the init image's nslookup",
+            "the Master ran but never saw the Worker start: the Worker's init container (which waits "
+            "for the Master's name operator-smoke-master-0) did not finish, or the Worker's name "
+            "operator-smoke-worker-0 does not resolve (cluster DNS)",
         ),
     ],
     ids=["worker-refused", "image-not-pullable", "init-container-stuck"],
