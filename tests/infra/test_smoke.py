@@ -16,6 +16,7 @@ from infra.offline.local.plan import workloads
 from infra.offline.manifest import RecordingMocks, render, run_program
 from infra.offline.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_present, validation_errors
 from infra.offline.stackconfig import load_stack
+from infra.program.checks import ConfigError
 from infra.program.settings import OPERATOR_INIT_IMAGE
 from infra.program.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
@@ -173,6 +174,19 @@ def test_an_all_stack_that_installs_the_operator_checks_it_too():
     rendering = render_config({"operatorSmokeCheck": True})
     assert [o["kind"] for o in smoke_objects(rendering)] == ["Namespace", "PyTorchJob"]
     assert "operatorSmokeCheck" in rendering.outputs
+
+
+def test_the_stacks_own_namespace_cannot_be_the_smoke_checks():
+    mocks = RecordingMocks()
+    with pytest.raises(ConfigError) as raised:
+        run_program(stack_config({**BASE, "operatorSmokeCheck": True, "namespace": SMOKE_NAMESPACE}), mocks)
+    assert str(raised.value) == (
+        "config ddp-mnist:namespace=ddp-mnist-smoke is invalid: must be another namespace than "
+        "ddp-mnist-smoke, which the post-install smoke check creates and owns (or set operatorSmokeCheck "
+        "false)"
+    )
+    assert mocks.registrations == []
+    assert render(stack_config({**BASE, "namespace": SMOKE_NAMESPACE})).objects  # switched off: fine
 
 
 def test_job_stacks_never_run_it():
