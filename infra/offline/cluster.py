@@ -8,13 +8,13 @@ go through `cluster_view`, so they judge the same pods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from infra.offline.admission import Admission, Namespace, admit, namespace_of
-from infra.offline.effective import Controllers, Effective, derive
+from infra.offline.effective import Controllers, Effective, EffectivePod, derive
 from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_IMAGE, UPSTREAM_INIT_CONTAINER_TEMPLATE
 from infra.program.settings import Settings
 from infra.program.training_operator import MAX_TRIES, RESTRICTED_INIT_CONTAINER_TEMPLATE
@@ -34,21 +34,34 @@ def controllers_for(settings: Settings) -> Controllers:
 @dataclass
 class ClusterView:
     effective: Effective
-    namespace: Namespace
+    namespace: Namespace  # the stack's namespace
     admission: Admission
+    # Every namespace a pod lands in (the stack's, and the smoke check's own), by name.
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+
+    def level_of(self, pod: EffectivePod) -> str:
+        """The Pod Security level the pod was judged under."""
+        space = self.namespaces.get(pod.manifest["metadata"].get("namespace", ""), self.namespace)
+        return space.level
 
 
 def cluster_view(objects: list[dict[str, Any]], settings: Settings) -> ClusterView:
     effective = derive(objects, controllers_for(settings))
     namespace = namespace_of(objects, settings.namespace, settings.namespace_pod_security)
+    namespaces = {namespace.name: namespace}
     # Workloads run one after another (the training job waits for the seed Job, whose finished pod
-    # no longer counts against a quota): each is admitted against the namespace on its own.
+    # no longer counts against a quota): each is admitted against its namespace on its own. A
+    # namespace other than the stack's (the smoke check's) enforces what its Namespace object says.
     admission = Admission()
     for owner in dict.fromkeys(pod.owner for pod in effective.pods):
-        admitted = admit([p for p in effective.pods if p.owner == owner], namespace)
+        pods = [p for p in effective.pods if p.owner == owner]
+        name = pods[0].manifest["metadata"].get("namespace") or namespace.name
+        if name not in namespaces:
+            namespaces[name] = namespace_of(objects, name, "privileged")
+        admitted = admit(pods, namespaces[name])
         admission.pods += admitted.pods
         admission.refusals += admitted.refusals
-    return ClusterView(effective, namespace, admission)
+    return ClusterView(effective, namespace, admission, namespaces)
 
 
 def effective_yaml(view: ClusterView, stack: str) -> str:
@@ -56,6 +69,11 @@ def effective_yaml(view: ClusterView, stack: str) -> str:
     header = [
         f"# Stack '{stack}': the pods and Services the controllers create from the rendered objects,",
         f"# as admitted in namespace {view.namespace.name} (Pod Security '{view.namespace.level}').",
+        *(
+            f"# The pods in namespace {n.name} are admitted under its own Pod Security '{n.level}'."
+            for n in view.namespaces.values()
+            if n.name != view.namespace.name
+        ),
         "# For review only: the controllers create these; never apply this file.",
     ]
     header += [f"# REFUSED: {line}" for line in view.admission.refusals]

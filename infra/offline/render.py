@@ -155,7 +155,7 @@ def _effective_pod_facts(view: ClusterView) -> list[tuple[str, str, str]]:
     rows = []
     for pod in view.admission.pods:
         init = ",".join(c["name"] for c in pod.spec.get("initContainers", [])) or "-"
-        verdict = "REFUSED" if pod.name in refused else f"admitted ({view.namespace.level})"
+        verdict = "REFUSED" if pod.name in refused else f"admitted ({view.level_of(pod)})"
         rows.append(
             (
                 "Pod (effective)",
@@ -348,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
         checked += [f"{kind}: not checked (no schema here)" for kind in unchecked_kinds(rendering)]
         checked.append(
             f"{len(view.admission.pods)} effective pods admitted under Pod Security "
-            f"'{view.namespace.level}', LimitRange and ResourceQuota"
+            f"{', '.join(sorted({repr(n.level) for n in view.namespaces.values()}))}, LimitRange and "
+            "ResourceQuota"
         )
         print(f"validated: {'; '.join(checked)}")
     written = []

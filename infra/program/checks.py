@@ -406,3 +406,18 @@ def _trainjob_equivalents(s: Settings, _: bool) -> Iterator[ConfigError]:
             "unset with jobKind trainjob: a TrainJob keeps its pods until jobTtlSecondsAfterFinished "
             "deletes its JobSet",
         )
+
+
+@check
+def _smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """The post-install smoke check's namespace belongs to the smoke check: its job runs, and is deleted,
+    there (infra/program/smoke.py)."""
+    from infra.program.smoke import SMOKE_NAMESPACE, smoke_enabled
+
+    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and any(smoke_enabled(s)):
+        yield ConfigError(
+            "namespace",
+            s.namespace,
+            f"another namespace than {SMOKE_NAMESPACE}, which the post-install smoke check creates and "
+            "owns (or set operatorSmokeCheck false)",
+        )

@@ -237,6 +237,17 @@ class Settings(BaseModel):
         "a multi-node PyTorchJob in a namespace enforcing 'restricted'.",
     )
 
+    # --- post-install smoke check (platform and 'all' stacks) ---------------------------------
+    operator_smoke_check: bool = key(
+        "operatorSmokeCheck",
+        True,
+        "After installing the training operator (and Kubeflow Trainer v2), `pulumi up` runs a tiny "
+        "PyTorchJob (a Master and one Worker; and a two-node TrainJob) in the namespace ddp-mnist-smoke, "
+        "which it creates enforcing Pod Security 'restricted', and fails with one line naming the cause "
+        "unless it succeeds (Worker refused by admission, image not pullable, ...). Needs no GPU; the "
+        "pods run operatorInitContainerImage. Ignored by job stacks.",
+    )
+
     # --- Kubeflow Trainer v2 (TrainJob) -------------------------------------------------------
     trainer_install: bool = key(
         "trainerInstall",

@@ -1,5 +1,5 @@
-"""Composes the stack: namespace (and its budget), storage, credentials, operator, the job's identity and
-network policy, the training job, outputs."""
+"""Composes the stack: namespace (and its budget), storage, credentials, operator (and its post-install
+smoke check), the job's identity and network policy, the training job, outputs."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from infra.program.meta import JOB_LABEL, job_names, labels
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
 from infra.program.settings import Settings
+from infra.program.smoke import SmokeCheck, smoke_enabled
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
@@ -44,13 +45,28 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, their
     CRDs), each as configured."""
     outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
+    operator = trainer = None
     if settings.operator_install:
         operator = TrainingOperator("training-operator", settings)
         outputs["operatorSource"] = operator.source
         outputs["operatorInitContainerImage"] = settings.operator_init_container_image
     if settings.trainer_install:
-        outputs["trainerSource"] = TrainerV2("trainer-v2", settings).source
+        trainer = TrainerV2("trainer-v2", settings)
+        outputs["trainerSource"] = trainer.source
+    outputs.update(smoke_checks(settings, operator, trainer))
     return outputs
+
+
+def smoke_checks(
+    settings: Settings, operator: TrainingOperator | None, trainer: TrainerV2 | None
+) -> dict[str, pulumi.Input[object]]:
+    """The post-install smoke check of the operators this stack installs (operatorSmokeCheck): its
+    outcomes, exported so that `pulumi up` awaits them and fails on a failed check."""
+    pytorchjob, trainjob = smoke_enabled(settings)
+    if not (pytorchjob or trainjob):
+        return {}
+    check = SmokeCheck("smoke", settings, operator if pytorchjob else None, trainer if trainjob else None)
+    return dict(check.outcomes)
 
 
 def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
@@ -83,10 +99,14 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
             queue=queue,  # queued like the training job, once its LocalQueue exists
         )
         after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
+    operator = trainer = None
     if settings.operator_install:
-        after += (TrainingOperator("training-operator", settings),)
+        operator = TrainingOperator("training-operator", settings)
+        after += (operator,)
     if settings.trainer_install:
-        after += (TrainerV2("trainer-v2", settings),)
+        trainer = TrainerV2("trainer-v2", settings)
+        after += (trainer,)
+    smoke = smoke_checks(settings, operator, trainer)
     if queue is not None:
         after += (queue,)
     if settings.job_network_policy:
@@ -130,6 +150,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         "logsCommand": training_logs(settings, names.job),
         "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
+        **smoke,
     }
 
 

@@ -12,9 +12,14 @@ from infra.program.settings import PROJECT
 JOB_STACKS = [s for s in stack_names() if load_stack(s).values.get(f"{PROJECT}:stackRole") != "platform"]
 PLATFORM_STACKS = sorted(set(stack_names()) - set(JOB_STACKS))
 
-# The smallest valid config: the default storage preset (nfs-csi) needs a server. Without a seed Job,
-# so that the training job is the stack's only workload (tests of the seed Job ask for it).
-BASE: dict[str, Any] = {"nfsServer": "nfs.example.internal", "seedSource": "none"}
+# The smallest valid config: the default storage preset (nfs-csi) needs a server. Without a seed Job
+# or the post-install smoke check, so that the training job is the stack's only workload (tests of the
+# seed Job and of the smoke check ask for them).
+BASE: dict[str, Any] = {
+    "nfsServer": "nfs.example.internal",
+    "seedSource": "none",
+    "operatorSmokeCheck": False,
+}
 
 
 def stack_config(
@@ -59,12 +64,14 @@ def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
     templates = [
         r["template"]
         for j in by_kind(rendering, "PyTorchJob")
+        if is_training_job(j)  # not the post-install smoke check's
         for r in j["spec"]["pytorchReplicaSpecs"].values()
     ]
     templates += [j["spec"]["template"] for j in by_kind(rendering, "Job") if is_training_job(j)]
     templates += [  # a TrainJob's pods come from its TrainingRuntime's JobSet template
         r["template"]["spec"]["template"]
         for runtime in by_kind(rendering, "TrainingRuntime")
+        if runtime["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
         for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
     ]
     assert templates, "no training job rendered"

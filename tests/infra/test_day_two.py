@@ -52,11 +52,26 @@ PLATFORM_INSTALLS = {
 }
 
 
+# ...and the post-install smoke check of each: its namespace, a PyTorchJob, and for Trainer v2 a TrainJob.
+PLATFORM_SMOKE = {
+    "aks-platform": ["Namespace/ddp-mnist-smoke", "PyTorchJob/operator-smoke"],
+    "gke-platform": [
+        "Namespace/ddp-mnist-smoke",
+        "PyTorchJob/operator-smoke",
+        "TrainingRuntime/trainer-smoke",
+        "TrainJob/trainer-smoke",
+    ],
+}
+
+
 @pytest.mark.parametrize("name", PLATFORM_STACKS)
-def test_a_platform_stack_installs_only_the_operators(name):
+def test_a_platform_stack_installs_only_the_operators_and_their_smoke_check(name):
     rendering = render(load_stack(name))
-    assert rendering.objects == []
-    assert [r.type for r in rendering.registrations if r.custom] == []
+    found = [f"{o['kind']}/{o['metadata']['name']}" for o in rendering.objects]
+    assert found == PLATFORM_SMOKE[name]
+    assert {o["metadata"].get("namespace", "ddp-mnist-smoke") for o in rendering.objects} == {
+        "ddp-mnist-smoke"
+    }
     sources = sorted(r.inputs["directory"].rsplit("/", 1)[-1] for r in rendering.external)
     assert sources == PLATFORM_INSTALLS[name]
     assert rendering.outputs["stackRole"] == "platform"

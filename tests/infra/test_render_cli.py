@@ -80,7 +80,8 @@ def _umask() -> int:
 
 def test_a_refused_pod_fails_validate_with_exit_3_and_writes_nothing(tmp_path):
     """Were the installed operator's template upstream's (no securityContext), --validate refuses the
-    Worker pod in the API server's words, one line per failed check."""
+    Worker pods (the training job's and the smoke check's) in the API server's words, one line per
+    failed check."""
     code = (
         "import sys, infra.offline.cluster as c, infra.offline.effective.pytorchjob as p, "
         "infra.offline.render as r; c.RESTRICTED_INIT_CONTAINER_TEMPLATE = p.UPSTREAM_INIT_CONTAINER_TEMPLATE; "
@@ -93,6 +94,8 @@ def test_a_refused_pod_fails_validate_with_exit_3_and_writes_nothing(tmp_path):
     assert result.stderr.splitlines() == [
         'render: refused pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" must set securityContext.allowPrivilegeEscalation=false)',
         'render: refused pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": unrestricted capabilities (container "init-pytorch" must set securityContext.capabilities.drop=["ALL"])',
+        'render: refused pods "operator-smoke-worker-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" must set securityContext.allowPrivilegeEscalation=false)',
+        'render: refused pods "operator-smoke-worker-0" is forbidden: violates PodSecurity "restricted:latest": unrestricted capabilities (container "init-pytorch" must set securityContext.capabilities.drop=["ALL"])',
     ], result.stderr
     assert list(tmp_path.iterdir()) == []
 

@@ -57,7 +57,13 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
     assert view.admission.refusals == []
     platform = rendering.settings.stack_role == "platform"
     seed = 1 if rendering.settings.seeds_data else 0
-    assert len(view.admission.pods) == (0 if platform else rendering.settings.job_nodes + seed)
+    own = [p for p in view.admission.pods if p.manifest["metadata"]["namespace"] == view.namespace.name]
+    assert len(own) == (0 if platform else rendering.settings.job_nodes + seed)
+    # The rest is the post-install smoke check's, in its own namespace enforcing 'restricted' too.
+    smoke = [p for p in view.admission.pods if p not in own]
+    assert {p.manifest["metadata"]["namespace"] for p in smoke} <= {"ddp-mnist-smoke"}
+    assert all(view.level_of(p) == "restricted" for p in smoke)
+    assert bool(smoke) == (rendering.settings.operator_install and rendering.settings.operator_smoke_check)
     for pod in view.admission.pods:
         kubernetes_validate.validate(pod.manifest, f"{rendering.settings.kubernetes_version}.0", strict=True)
     for service in view.effective.services:

@@ -20,6 +20,7 @@ from typing import Any
 
 from infra.offline.effective import EffectivePod
 from infra.offline.podenv import container_env, expand
+from infra.program.smoke import SMOKE_COMPONENT
 
 LOCALHOST = "127.0.0.1"
 
@@ -108,8 +109,14 @@ class JobPlan:
 
 def workloads(objects: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> list[Mapping[str, Any]]:
     """The stack's workloads (PyTorchJobs, TrainJobs and Jobs) in the order `order` gives their names
-    (the order the program's dependencies impose: the seed Job before the training job)."""
-    found = [o for o in objects if o["kind"] in ("PyTorchJob", "TrainJob", "Job")]
+    (the order the program's dependencies impose: the seed Job before the training job). The
+    post-install smoke check is not one: it tests a real operator install, which nothing here stands for."""
+    found = [
+        o
+        for o in objects
+        if o["kind"] in ("PyTorchJob", "TrainJob", "Job")
+        and (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") != SMOKE_COMPONENT
+    ]
     if not found:
         raise PlanError("the stack renders no workload (PyTorchJob, TrainJob or Job) to run")
     return sorted(found, key=lambda o: order.get(o["metadata"]["name"], len(order)))

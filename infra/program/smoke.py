@@ -1,0 +1,316 @@
+"""The platform's post-install smoke check: `pulumi up` proves the installed operators run a job.
+
+The training operator v1 reads its Worker init container template lazily, at the first Worker pod, and
+falls back to upstream's built-in template (no securityContext) when the file is missing (kubeflow/trainer
+v1.9.4 `pkg/controller.v1/pytorch/initcontainer.go`, `getInitContainerTemplateOrDefault`). Without a
+check, a broken install shows up when a team's first multi-node job is refused. So a stack that installs
+the operator runs a tiny PyTorchJob (a Master and one Worker) in a namespace of its own enforcing Pod
+Security "restricted", waits for it (`pulumi.com/waitFor`, as the training job does) and fails the
+deployment with one line naming the cause. The same for Kubeflow Trainer v2: a tiny TrainJob.
+
+How the PyTorchJob proves the Worker's init container (the thing under test): the Master waits until
+the Worker's own Service name resolves, which happens only once the Worker pod has started its main
+container, i.e. after the operator's init container (waiting for the Master's name) has run to
+success. Both run the operator's init image (`operatorInitContainerImage`), so a mirror that does not
+serve it fails here too.
+
+What the final status says, by cause (training operator v1.9.4):
+- `pkg/controller.v1/common/pod.go` (`createNewPod`): a pod the API server refuses makes `ReconcilePods`
+  return the error (event `FailedCreatePod`), so the reconcile ends before `UpdateJobStatus`: no
+  `Running` condition and no replica status are ever written. The Master then gives up waiting and
+  exits 1, and `pkg/controller.v1/common/job.go` (`ReconcileJobs`, backoff check before the pods are
+  reconciled) fails the job: "...has reached the specified backoff limit" (backoffLimit 0);
+- `pkg/controller.v1/pytorch/pytorchjob_controller.go` (`UpdateJobStatus`): `Running` once the Master
+  runs; `Succeeded` when the Master has succeeded;
+- pods that never start (image not pullable, no node fits) count as neither active nor failed; the
+  start time is set, so `runPolicy.activeDeadlineSeconds` fails the job: "...was active longer than
+  specified deadline" (`PastActiveDeadline`), with no `Running` condition.
+`smoke_outcome` turns these into one line each. Cleanup: `cleanPodPolicy: All` deletes the pods when the
+job ends, `ttlSecondsAfterFinished` the job itself (`CleanupJob`); the namespace belongs to the stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.program.jobs import KubeflowJob, _field, wait_annotations
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
+
+SMOKE_NAMESPACE = f"{PROJECT}-smoke"
+SMOKE_COMPONENT = "smoke-check"
+PYTORCHJOB_NAME = "operator-smoke"
+TRAINJOB_NAME = "trainer-smoke"
+MASTER_TRIES = 90  # the Master looks the Worker up every 2 s for at least 3 minutes
+DEADLINE_SECONDS = 420  # runPolicy.activeDeadlineSeconds: pods that never start fail the job
+WAIT_SECONDS = 600  # pulumi.com/timeoutSeconds: longer than both
+TTL_SECONDS = 600  # the finished job is deleted after this (its pods at once: cleanPodPolicy All)
+UID = 65534  # alpine's `nobody`, as in the operator's restricted init container
+
+# The training operator's condition messages (v1.9.4 pkg/controller.v1/common/job.go).
+BACKOFF_MESSAGE = "reached the specified backoff limit"
+DEADLINE_MESSAGE = "active longer than specified deadline"
+
+
+def smoke_enabled(settings: Settings) -> tuple[bool, bool]:
+    """(PyTorchJob check, TrainJob check): on where this stack installs that operator and the key is on."""
+    on = settings.operator_smoke_check and settings.stack_role != "job"
+    return on and settings.operator_install, on and settings.trainer_install
+
+
+def _security() -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pod and container securityContext meeting Pod Security 'restricted'."""
+    pod = {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "runAsGroup": UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+    return pod, container
+
+
+def smoke_pod(settings: Settings, name: str, script: str, component: str = SMOKE_COMPONENT) -> dict[str, Any]:
+    """A pod template running `sh -c script` in the operator's init image, restricted, tiny, no token."""
+    pod_security, container_security = _security()
+    return {
+        "metadata": {
+            "labels": labels(settings, component),
+            "annotations": {"sidecar.istio.io/inject": "false"},
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 5,
+            "securityContext": pod_security,
+            "containers": [
+                {
+                    "name": name,
+                    "image": settings.operator_init_container_image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["sh", "-c", script],
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                        "limits": {"cpu": "100m", "memory": "32Mi"},
+                    },
+                    "securityContext": container_security,
+                }
+            ],
+        },
+    }
+
+
+def master_script(job: str) -> str:
+    """Succeeds once the Worker's Service name resolves (its pod is past the init container); `getent
+    hosts`, like the Worker's init container, for the reason given in `training_operator.py`."""
+    return (
+        f"for i in $(seq {MASTER_TRIES}); do if getent hosts {job}-worker-0 >/dev/null; then "
+        "echo worker started; exit 0; fi; sleep 2; done; echo worker never started; exit 1"
+    )
+
+
+WORKER_SCRIPT = "echo worker started; sleep 120"  # stays up until the Master has seen it
+
+
+def pytorchjob_spec(settings: Settings, job: str) -> dict[str, Any]:
+    """A Master and one Worker, never restarted, cleaned up when done."""
+
+    def replica(script: str) -> dict[str, Any]:
+        # The operator finds its container by the name `pytorch` (env, ports, exit code).
+        return {"replicas": 1, "restartPolicy": "Never", "template": smoke_pod(settings, "pytorch", script)}
+
+    return {
+        "nprocPerNode": "1",
+        "runPolicy": {
+            "backoffLimit": 0,
+            "cleanPodPolicy": "All",
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "ttlSecondsAfterFinished": TTL_SECONDS,
+        },
+        "pytorchReplicaSpecs": {"Master": replica(master_script(job)), "Worker": replica(WORKER_SCRIPT)},
+    }
+
+
+def _conditions(status: Any) -> list[Any]:
+    return [c for c in _field(status, "conditions") or [] if _field(c, "status") == "True"]
+
+
+def smoke_outcome(status: Any, kind: str, name: str, settings: Settings) -> str:
+    """The smoke job's final condition; raises (failing `pulumi up` with one line naming the cause) unless
+    it succeeded."""
+    done = {"PyTorchJob": "Succeeded", "TrainJob": "Complete"}[kind]
+    conditions = _conditions(status)
+    types = {_field(c, "type") for c in conditions}
+    if done in types:
+        return done
+    ns = SMOKE_NAMESPACE
+    events = f"kubectl -n {ns} get events --field-selector involvedObject.name={name}"
+    image = settings.operator_init_container_image
+    failed = next((c for c in conditions if _field(c, "type") == "Failed"), None)
+    if failed is None:
+        # Only under a preview or mocks: the wait ends on Succeeded or Failed, or fails `pulumi up`
+        # itself at its timeout.
+        return "unknown (not awaited)"
+    message = str(_field(failed, "message") or "")
+    reason = str(_field(failed, "reason") or "")
+    prefix = f"smoke check {kind} {ns}/{name} failed"
+    if kind == "PyTorchJob":
+        ran = "Running" in {_field(c, "type") for c in _field(status, "conditions") or []}
+        if DEADLINE_MESSAGE in message and not ran:
+            cause = (
+                f"no pod started within {DEADLINE_SECONDS}s: the image {image} is not pullable from the "
+                "nodes (operatorInitContainerImage; a mirror must serve it) or no node fits the pods"
+            )
+        elif BACKOFF_MESSAGE in message and not ran:
+            cause = (
+                "the Worker pod was refused by admission (the Master, the same pod, was not): its "
+                "operator-added init container is not Pod Security 'restricted', i.e. the operator does "
+                "not read the restricted template (its /etc/config/initContainer.yaml is not mounted, "
+                "and upstream falls back to its built-in one silently)"
+            )
+        elif ran:
+            cause = (
+                "the Master ran but never saw the Worker start: the Worker's init container (which "
+                f"waits for the Master's name {name}-master-0) did not finish, or the Worker's name "
+                f"{name}-worker-0 does not resolve (cluster DNS)"
+            )
+        else:
+            cause = f"{reason}: {message}"
+    elif "DeadlineExceeded" in reason:
+        cause = (
+            f"no node finished within {DEADLINE_SECONDS}s: pods refused by admission, the image {image} "
+            "not pullable, or the JobSet controller not running"
+        )
+    else:
+        cause = f"{reason}: {message}"
+    raise pulumi.RunError(f"{prefix}: {cause}; see `{events}`")
+
+
+def _gate(job: KubeflowJob, kind: str, name: str, settings: Settings) -> pulumi.Output[str]:
+    status: pulumi.Output[Any] = getattr(job, "status")  # noqa: B009 (resource outputs are attributes)
+    return status.apply(lambda s: smoke_outcome(s, kind, name, settings))
+
+
+def _metadata(settings: Settings, name: str, namespace: pulumi.Input[str], kind: str) -> Any:
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=name,
+        namespace=namespace,
+        labels=labels(settings, SMOKE_COMPONENT),
+        annotations=wait_annotations(kind, WAIT_SECONDS),
+    )
+
+
+def trainjob_runtime_spec(settings: Settings) -> dict[str, Any]:
+    """A TrainingRuntime of two `node` pods that start and exit 0, under the torch policy the project's
+    TrainJobs use (the torch plugin injects its env; the pods ignore it)."""
+    template = smoke_pod(settings, "node", 'echo "node ${PET_NODE_RANK:-?} started"')
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "mlPolicy": {"numNodes": 2, "torch": {}},
+        "template": {
+            "metadata": {"labels": labels(settings, SMOKE_COMPONENT)},
+            "spec": {
+                "ttlSecondsAfterFinished": TTL_SECONDS,
+                "replicatedJobs": [
+                    {
+                        "name": "node",
+                        "replicas": 1,
+                        "template": {
+                            "metadata": {
+                                "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                            },
+                            "spec": {"backoffLimit": 0, "template": template},
+                        },
+                    }
+                ],
+            },
+        },
+    }
+
+
+class SmokeCheck(pulumi.ComponentResource):
+    """The smoke namespace (Pod Security 'restricted') and, after the operators in `after`, a tiny
+    PyTorchJob and/or TrainJob that `pulumi up` waits for; `outcomes` fail the deployment unless they
+    succeeded (export them as stack outputs so they are awaited)."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        operator: pulumi.Resource | None,
+        trainer: pulumi.Resource | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:platform:SmokeCheck", name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        enforce = {
+            f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
+        }
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=SMOKE_NAMESPACE, labels={**labels(settings, SMOKE_COMPONENT), **enforce}
+            ),
+            opts=child,
+        )
+        ns = namespace.metadata.name
+        self.outcomes: dict[str, pulumi.Output[str]] = {}
+        # Any change of a smoke job's spec (a new init image) replaces it: the check runs again.
+        replace = pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
+        if operator is not None:
+            job = KubeflowJob(
+                f"{name}-pytorchjob",
+                "PyTorchJob",
+                metadata=_metadata(settings, PYTORCHJOB_NAME, ns, "PyTorchJob"),
+                spec=pytorchjob_spec(settings, PYTORCHJOB_NAME),
+                opts=pulumi.ResourceOptions.merge(
+                    child,
+                    pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[operator])),
+                ),
+            )
+            self.outcomes["operatorSmokeCheck"] = _gate(job, "PyTorchJob", PYTORCHJOB_NAME, settings)
+        if trainer is not None:
+            runtime = k8s.apiextensions.CustomResource(
+                f"{name}-runtime",
+                api_version="trainer.kubeflow.org/v1alpha1",
+                kind="TrainingRuntime",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=TRAINJOB_NAME, namespace=ns, labels=labels(settings, SMOKE_COMPONENT)
+                ),
+                spec=trainjob_runtime_spec(settings),
+                opts=pulumi.ResourceOptions.merge(
+                    child, pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[trainer]))
+                ),
+            )
+            trainjob = KubeflowJob(
+                f"{name}-trainjob",
+                "TrainJob",
+                metadata=_metadata(settings, TRAINJOB_NAME, ns, "TrainJob"),
+                spec={
+                    "runtimeRef": {
+                        "apiGroup": "trainer.kubeflow.org",
+                        "kind": "TrainingRuntime",
+                        "name": TRAINJOB_NAME,
+                    },
+                    "trainer": {"numNodes": 2, "numProcPerNode": 1},
+                    "activeDeadlineSeconds": DEADLINE_SECONDS,
+                },
+                opts=pulumi.ResourceOptions.merge(
+                    child,
+                    pulumi.ResourceOptions.merge(
+                        replace,
+                        pulumi.ResourceOptions(depends_on=[trainer, runtime], replace_with=[runtime]),
+                    ),
+                ),
+                api_version="trainer.kubeflow.org/v1alpha1",
+            )
+            self.outcomes["trainerSmokeCheck"] = _gate(trainjob, "TrainJob", TRAINJOB_NAME, settings)
+        self.register_outputs({})
