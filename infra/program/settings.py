@@ -196,8 +196,9 @@ class Settings(BaseModel):
     minio_existing_secret: str = key(
         "minioExistingSecret",
         "",
-        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
-        "use instead of minioAccessKey/minioSecretKey.",
+        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+        "namespace, instead of minioAccessKey/minioSecretKey; only with createNamespace false (the "
+        "Secret must exist before the first `pulumi up`, so its namespace must too).",
     )
 
     # --- training operator -------------------------------------------------------------------
