@@ -3,6 +3,11 @@ written, and the port the NetworkPolicies open towards MinIO."""
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
+from typing import Any
+
 import pytest
 import yaml
 
@@ -106,3 +111,45 @@ def test_the_offline_stand_in_keys_only_fill_a_gap_the_program_would_refuse():
     assert without_s3
     for name in without_s3:
         assert load_stack(name) == _stack_file(name)
+
+
+# --- the README's walkthrough, as written ---------------------------------------------------
+
+
+def _walkthrough() -> list[list[str]]:
+    """The commands of the first shell block under "## Deploying a stack" in the README."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Deploying a stack\n", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert block, "no shell block in the README's deploy section"
+    return [shlex.split(line, comments=True) for line in block.group(1).splitlines() if line.strip()]
+
+
+def _config_set(values: dict[str, Any], secrets: set[str], args: list[str]) -> None:
+    """`pulumi config set [--secret] [--path] KEY [VALUE]` on a stack's config; a secret without a
+    value is prompted for (any value will do here)."""
+    secret, path = "--secret" in args, "--path" in args
+    rest = [a for a in args if a not in ("--secret", "--path", "--plaintext")]
+    key, value = rest[0], rest[1] if len(rest) > 1 else "typed-at-the-prompt"
+    full = f"{PROJECT}:{key.split('[', 1)[0] if path else key}"
+    if path and (index := re.fullmatch(r"[^\[]+\[(\d+)\]", key)):
+        items = json.loads(values.get(full, "[]"))
+        items[int(index.group(1)) : int(index.group(1)) + 1] = [value]
+        value = json.dumps(items)
+    values[full] = value
+    if secret:
+        secrets.add(full)
+
+
+def test_the_deploy_walkthrough_works_as_written_on_its_stack():
+    commands = [c for c in _walkthrough() if c[:1] == ["pulumi"]]
+    (init,) = [c for c in commands if c[1:3] == ["stack", "init"]]
+    stack = _stack_file(init[3])
+    values, secrets = dict(stack.values), set(stack.secret_keys)
+    sets = [c[3:] for c in commands if c[1:3] == ["config", "set"]]
+    assert any("--secret" in s for s in sets), "the walkthrough sets no S3 keys"
+    for args in sets:
+        _config_set(values, secrets, args)
+    settings, has_keys = settings_from_raw(values, secrets)
+    assert has_keys and not settings.minio_existing_secret and settings.create_namespace
+    assert settings.job_nodes == 2 and settings.job_tolerations == ["nvidia.com/gpu:NoSchedule"]
