@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +154,54 @@ def test_the_deploy_walkthrough_works_as_written_on_its_stack():
     settings, has_keys = settings_from_raw(values, secrets)
     assert has_keys and not settings.minio_existing_secret and settings.create_namespace
     assert settings.job_nodes == 2 and settings.job_tolerations == ["nvidia.com/gpu:NoSchedule"]
+
+
+# --- the port the NetworkPolicies open towards MinIO ----------------------------------------
+
+
+def _s3_port_rules(rendering) -> dict[str, list[dict[str, Any]]]:
+    """Per NetworkPolicy, the egress rules towards the MinIO namespace."""
+    to_minio = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}}}
+    return {
+        p["metadata"]["name"]: [r["ports"] for r in p["spec"]["egress"] if r.get("to") == [to_minio]]
+        for p in by_kind(rendering, "NetworkPolicy")
+    }
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "egress", "port"),
+    [
+        ("minio.minio.svc:9000", None, 9000),  # default: the endpoint's port
+        ("minio.minio.svc", None, 80),  # no port, http: 80
+        ("minio.minio.svc:80", 9000, 9000),  # Service port 80 -> MinIO pods' 9000
+    ],
+)
+def test_egress_to_minio_opens_the_pods_port_in_both_policies(endpoint, egress, port):
+    values = {**S3_SEED, "minioEndpoint": endpoint}
+    if egress is not None:
+        values["minioEgressPort"] = egress
+    rendering = render_config(values, secrets=KEYS)
+    rules = _s3_port_rules(rendering)
+    assert rules == {
+        "ddp-mnist-seed": [[{"protocol": "TCP", "port": port}]],
+        "mnist-r1": [[{"protocol": "TCP", "port": port}]],
+    }
+    env = {
+        e["name"]: e.get("value")
+        for e in pod_templates(rendering)[0]["spec"]["containers"][0]["env"]
+        if "value" in e
+    }
+    assert env["AWS_ENDPOINT_URL"] == f"http://{endpoint}"  # the client still dials the Service's port
+
+
+def test_minio_egress_port_out_of_range_is_one_line():
+    with pytest.raises(ConfigError) as raised:
+        run_program(stack_config({**BASE, **S3_JOB, "minioEgressPort": "70000"}, KEYS))
+    assert str(raised.value) == "config ddp-mnist:minioEgressPort=70000 is invalid: must be <= 65535"
+
+
+def test_readme_gives_port_advice_that_matches_the_keys():
+    readme = (ROOT / "README.md").read_text()
+    assert "minioEgressPort" in readme
+    assert "set\n`minioEndpoint` with port 9000" not in readme
+    assert Path(ROOT / "Pulumi.yaml").read_text().count("minioEgressPort:") == 1
