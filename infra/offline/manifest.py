@@ -57,6 +57,8 @@ class Registration:
     options: Options = field(default_factory=lambda: Options())
     # Transforms the engine would run on this resource's children (e.g. the operator overlay's).
     transforms: tuple[Any, ...] = ()
+    # The id of an existing object the program reads (`Resource.get`) instead of creating it.
+    read_id: str = ""
 
     @property
     def retain_on_delete(self) -> bool:
@@ -89,8 +91,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def __init__(self) -> None:
         self.registrations: list[Registration] = []
         self._options: dict[str, Options] = {}
+        self._reads: set[str] = set()  # logical names of reads (an import also carries an id)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.name in self._reads:  # `Resource.get`: the existing object, as far as its id tells
+            read_id = args.resource_id or ""
+            self.registrations.append(Registration(args.typ, args.name, {}, True, read_id=read_id))
+            return read_id, _read_state(read_id)
         options = self._options.pop(args.name, Options())
         self.registrations.append(
             Registration(
@@ -103,6 +110,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return {}, None
 
 
+def _read_state(resource_id: str) -> dict[str, Any]:
+    """A Kubernetes object read by id (`namespace/name`, or `name` for a cluster-scoped one): its
+    metadata; a dry run has no cluster to read the rest from."""
+    namespace, _, name = resource_id.rpartition("/")
+    return {"metadata": {"name": name, **({"namespace": namespace} if namespace else {})}}
+
+
 class _RecordingMonitor(MockMonitor):
     """Also keeps the resource options the mocks API leaves out (retainOnDelete, dependencies, parent,
     replaceOnChanges, deleteBeforeReplace, import, replaceWith, ignoreChanges)."""
@@ -110,6 +124,10 @@ class _RecordingMonitor(MockMonitor):
     def __init__(self, mocks: RecordingMocks) -> None:
         super().__init__(mocks)
         self._recording = mocks
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        self._recording._reads.add(request.name)
+        return super().ReadResource(request)
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
         deps = tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.dependencies))

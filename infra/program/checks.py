@@ -166,6 +166,22 @@ def _object_store(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
 
 
 @check
+def _existing_secret(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """An existing Secret must be in the namespace before the first `pulumi up`; a namespace the stack
+    creates cannot hold it then (creating it first makes the stack's Namespace create fail with
+    AlreadyExists: pulumi-kubernetes >= 4.29 never adopts an existing object)."""
+    if s.minio_existing_secret and s.create_namespace:
+        yield ConfigError(
+            "minioExistingSecret",
+            s.minio_existing_secret,
+            f"empty when createNamespace is true (the stack creates namespace {s.namespace}, so no "
+            "Secret can be in it before `pulumi up`): set minioAccessKey and minioSecretKey with "
+            "--secret and the stack creates the Secret, or set createNamespace false for a namespace "
+            "prepared beforehand",
+        )
+
+
+@check
 def _operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
     source = s.operator_source
     if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):

@@ -1,4 +1,10 @@
-"""The S3/MinIO credentials Secret, or a reference to an existing one."""
+"""The S3/MinIO credentials Secret, or a checked reference to an existing one.
+
+An existing Secret (`minioExistingSecret`, only with `createNamespace: false`) is read with
+`Secret.get`: the engine runs that read in `pulumi preview` as well as `pulumi up`, and a Secret that is
+not there fails it at once with one line, `resource '<namespace>/<name>' does not exist`, instead of
+pods stuck in CreateContainerConfigError until a wait times out (see docs/ENGINE.md).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 
 
 class ObjectStoreCredentials(pulumi.ComponentResource):
-    """Names the Secret the trainer reads its S3 keys from; creates it from secret config.
+    """Names the Secret the trainer reads its S3 keys from; creates it from secret config, or reads
+    the existing one so that a missing Secret fails the deployment before any pod waits on it.
 
     Pods only ever see the values through `secretKeyRef`; the Secret's data never becomes an output.
     """
@@ -31,7 +38,15 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{PROJECT}:credentials:ObjectStoreCredentials", name, {}, opts)
         if credentials is None:
-            self.secret_name = pulumi.Output.from_input(settings.minio_existing_secret)
+            # The namespace is a plain name here (createNamespace false), so the read's id is known in
+            # preview too. The job takes the name from the read, so it also waits for it. The provider
+            # marks the read Secret's `data` secret in state; nothing here exports it.
+            existing = k8s.core.v1.Secret.get(
+                f"{name}-existing",
+                f"{settings.namespace}/{settings.minio_existing_secret}",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.secret_name = existing.metadata.name
         else:
             secret = k8s.core.v1.Secret(
                 f"{name}-secret",

@@ -37,6 +37,11 @@ class S3Destination:
 def s3_destination(settings: Settings) -> S3Destination | None:
     """The S3 endpoint as a NetworkPolicy can express it, or None when no endpoint is configured.
 
+    The port is `minioEgressPort` when set, else the endpoint's. For an in-cluster endpoint the rule's
+    peers are pods (a namespace selector) and a NetworkPolicy port is "a numerical or named port on a
+    pod" (networking/v1 NetworkPolicyPort), so a Service whose port differs from its targetPort needs
+    the targetPort here while the client keeps dialling the Service's port.
+
     `minio` (one label) is a Service of the job's own namespace; `minio.storage.svc` and
     `minio.storage.svc.cluster.local` are Services of namespace `storage`; anything else is outside the
     cluster's Service names, so only its port can be restricted.
@@ -44,7 +49,7 @@ def s3_destination(settings: Settings) -> S3Destination | None:
     if not settings.minio_endpoint:
         return None
     host, _, port = settings.minio_endpoint.partition(":")
-    number = int(port) if port else (443 if settings.minio_tls else 80)
+    number = settings.minio_egress_port or (int(port) if port else (443 if settings.minio_tls else 80))
     parts = host.split(".")
     if len(parts) == 1:
         return S3Destination(number, settings.namespace)

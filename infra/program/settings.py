@@ -194,11 +194,21 @@ class Settings(BaseModel):
         "Key prefix inside the bucket: the MNIST files, and models/<job>/ when jobModelExport is on.",
     )
     minio_region: str = key("minioRegion", "us-east-1", "Region name sent to the S3 API.")
+    minio_egress_port: int = key(
+        "minioEgressPort",
+        0,
+        "TCP port the NetworkPolicies (job and seed Job) let pods reach the S3/MinIO endpoint on: the "
+        "MinIO pods' port, since a NetworkPolicy port is a port on the peer pod (a Service mapping port "
+        "80 to MinIO's 9000 needs 9000 here); 0 uses minioEndpoint's port.",
+        ge=0,
+        le=65535,
+    )
     minio_existing_secret: str = key(
         "minioExistingSecret",
         "",
-        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
-        "use instead of minioAccessKey/minioSecretKey.",
+        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+        "namespace, instead of minioAccessKey/minioSecretKey; only with createNamespace false (the "
+        "Secret must exist before the first `pulumi up`, so its namespace must too).",
     )
 
     # --- training operator -------------------------------------------------------------------

@@ -303,6 +303,7 @@ def test_the_seed_job_is_queued_like_the_training_job_after_the_local_queue(seed
         "seedSource": seed_source,
         "minioEndpoint": "minio.minio.svc:9000",
         "minioExistingSecret": "minio-creds",
+        "createNamespace": False,
     }
     rendering = render_config(values)
     seed = next(j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed")

@@ -121,7 +121,8 @@ def test_dns_egress_addresses_are_configurable():
 )
 def test_egress_to_the_s3_endpoint(endpoint, tls, s3_rule):
     rendering = render_config(
-        {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls, "minioExistingSecret": "creds"}
+        {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls},
+        secrets={"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "example"},
     )
     dns, peers, s3 = one(rendering, "NetworkPolicy")["spec"]["egress"]
     assert dns == DNS_RULE

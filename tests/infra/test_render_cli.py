@@ -62,6 +62,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "StorageClass",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
+        "Secret",
         "ServiceAccount",
         "NetworkPolicy",
         "NetworkPolicy",

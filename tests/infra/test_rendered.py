@@ -297,14 +297,6 @@ def test_s3_credentials_only_by_reference():
     assert all("value" not in env[v] for v in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
 
 
-def test_existing_secret_is_referenced_not_created():
-    rendering = render(load_stack("aks-gpu"))
-    assert by_kind(rendering, "Secret") == []
-    env = {e["name"]: e for e in _container(pod_templates(rendering)[0])["env"]}
-    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "minio-training"
-    assert rendering.outputs["s3SecretName"] == "minio-training"
-
-
 @pytest.mark.parametrize("name", ["dev", *GPU_STACKS])
 def test_pods_are_restricted_with_memory_backed_shm(name):
     for template in pod_templates(render(load_stack(name))):
@@ -381,7 +373,7 @@ def test_stack_outputs():
         "kubectl -n ddp-mnist-dev logs -f -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     )
     assert outputs["statusCommand"] == "kubectl -n ddp-mnist-dev get pytorchjob mnist-r1 -o wide"
-    assert outputs["s3SecretName"] == "minio-credentials"  # an existing Secret: referenced, never held
+    assert outputs["s3SecretName"] == "ddp-mnist-s3"  # the stack's own, from its --secret keys
     assert outputs["modelExport"] == "s3://mnist/mnist/models/mnist-r1"
     assert "s3SecretName" not in render_config({}).outputs
 

@@ -12,7 +12,13 @@ from infra.offline.manifest import RecordingMocks, run_program
 from infra.program.checks import ConfigError
 from tests.infra.conftest import BASE, by_kind, render_config, stack_config
 
-S3 = {"minioEndpoint": "minio.minio.svc:9000", "minioTls": False, "minioExistingSecret": "minio-creds"}
+# An existing Secret needs a namespace prepared beforehand (createNamespace false).
+S3 = {
+    "minioEndpoint": "minio.minio.svc:9000",
+    "minioTls": False,
+    "minioExistingSecret": "minio-creds",
+    "createNamespace": False,
+}
 
 
 def _seed(rendering) -> dict[str, Any]:

@@ -169,7 +169,12 @@ def _env_names(container):
     [
         {},
         {"jobGpusPerNode": 4, "jobProcsPerNode": 4, "jobBackend": "nccl"},
-        {"jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000", "minioExistingSecret": "s3-keys"},
+        {
+            "jobDataSource": "s3",
+            "minioEndpoint": "minio.minio.svc:9000",
+            "minioExistingSecret": "s3-keys",
+            "createNamespace": False,
+        },
     ],
 )
 def test_reserved_torchrun_env_is_only_ever_set_by_the_torch_plugin(values):

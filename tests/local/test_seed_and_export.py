@@ -29,6 +29,7 @@ MINIO = {
     "minioBucket": "mnist",
     "minioPrefix": "mnist",
     "minioExistingSecret": "minio-credentials",
+    "createNamespace": False,  # an existing Secret lives in a namespace prepared beforehand
 }
 DATA = Path("pvc/ddp-mnist-data/mnist/MNIST/raw")
 
