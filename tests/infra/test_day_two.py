@@ -267,6 +267,8 @@ def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd
     (directory,) = [r for r in render_config(off).external if r.name == install]
     created = _crd_transform_result(directory.transforms[0], crd)
     assert created.opts.import_ is None and created.opts.retain_on_delete is True
+
+
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
 def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
     """kueueApiVersion picks the version; the object passes that version's CRD schema (strict)."""
