@@ -9,7 +9,9 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from infra.program.settings import PROJECT_ROOT
+
+ROOT = PROJECT_ROOT
 SECRET_PLACEHOLDER = "[secret]"
 
 

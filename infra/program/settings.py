@@ -8,11 +8,14 @@ Cross-field rules live in `infra.program.checks`.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PROJECT = "ddp-mnist"
+# The directory holding Pulumi.yaml (and stacks/): what relative paths in config are read from.
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

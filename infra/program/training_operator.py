@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone"
 OPERATOR_DEPLOYMENT = "training-operator"  # name of the Deployment and of its container upstream
@@ -76,12 +75,12 @@ RESTRICTED_INIT_CONTAINER_TEMPLATE = """\
 """
 
 
-# The directory holding Pulumi.yaml. `main: infra/` makes infra/ the working directory of the program
-# and of the providers Pulumi starts for it (pulumi/pulumi `getPwdMain`: a `main` directory becomes
-# the pwd), and the Kubernetes provider hands `directory` to kustomize on the local filesystem as is
-# (pulumi/pulumi-kubernetes v4.32.0 `provider/pkg/provider/kustomize/v2/directory.go`: `k.Run(
-# kfilesys.MakeFsOnDisk(), directory)`), so a relative path would be read from infra/.
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Relative paths are read from PROJECT_ROOT, the directory holding Pulumi.yaml. `main: infra/` makes
+# infra/ the working directory of the program and of the providers Pulumi starts for it
+# (pulumi/pulumi `getPwdMain`: a `main` directory becomes the pwd), and the Kubernetes provider hands
+# `directory` to kustomize on the local filesystem as is (pulumi/pulumi-kubernetes v4.32.0
+# `provider/pkg/provider/kustomize/v2/directory.go`: `k.Run(kfilesys.MakeFsOnDisk(), directory)`),
+# so a relative path would be read from infra/.
 
 
 def kustomize_source(source: str) -> str:
