@@ -57,7 +57,8 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
     assert view.admission.refusals == []
     platform = rendering.settings.stack_role == "platform"
     seed = 1 if rendering.settings.seeds_data else 0
-    assert len(view.admission.pods) == (0 if platform else rendering.settings.job_nodes + seed)
+    servers = rendering.settings.serve_replicas if rendering.settings.serve_kind != "none" else 0
+    assert len(view.admission.pods) == (0 if platform else rendering.settings.job_nodes + seed + servers)
     for pod in view.admission.pods:
         kubernetes_validate.validate(pod.manifest, f"{rendering.settings.kubernetes_version}.0", strict=True)
     for service in view.effective.services:
