@@ -419,3 +419,33 @@ def _serving(s: Settings, _: bool) -> Iterator[ConfigError]:
         yield ConfigError(
             "serveMemoryRequest", s.serve_memory_request, f"<= serveMemoryLimit ({s.serve_memory_limit})"
         )
+    # The server keeps running while the next run trains, with one extra pod during its rollout.
+    servers = s.serve_replicas + 1
+    for name, quota, job_request, job_key, serve_request, serve_key in (
+        (
+            "namespaceCpuQuota",
+            s.namespace_cpu_quota,
+            s.job_cpu_request,
+            "jobCpuRequest",
+            s.serve_cpu_request,
+            "serveCpuRequest",
+        ),
+        (
+            "namespaceMemoryQuota",
+            s.namespace_memory_quota,
+            s.job_memory_request,
+            "jobMemoryRequest",
+            s.serve_memory_request,
+            "serveMemoryRequest",
+        ),
+    ):
+        need = s.job_nodes * parse_quantity(job_request) + servers * parse_quantity(serve_request)
+        if quota and need > parse_quantity(quota):
+            yield ConfigError(
+                name,
+                quota,
+                f">= jobNodes x {job_key} + (serveReplicas + 1) x {serve_key} "
+                f"({s.job_nodes} x {job_request} + {servers} x {serve_request}): the server runs while the "
+                "next run trains, one pod more "
+                "during its rollout",
+            )

@@ -288,6 +288,10 @@ BAD_CONFIGS = [
         "config ddp-mnist:serveCpuRequest=2 is invalid: must be <= serveCpuLimit (1)",
     ),
     (
+        {"serveKind": "deployment", "jobWait": True, "namespaceCpuQuota": "5"},
+        "config ddp-mnist:namespaceCpuQuota=5 is invalid: must be >= jobNodes x jobCpuRequest + (serveReplicas + 1) x serveCpuRequest (2 x 2 + 3 x 500m): the server runs while the next run trains, one pod more during its rollout",
+    ),
+    (
         {"serveReplicas": 0},
         "config ddp-mnist:serveReplicas=0 is invalid: must be >= 1",
     ),
