@@ -9,7 +9,9 @@ Workloads understood: kubeflow.org PyTorchJob (templates under spec.pytorchRepli
 per pod from spec.nprocPerNode), batch/v1 Job (processes per pod from a literal PET_NPROC_PER_NODE
 env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Pod and PodTemplate,
 trainer.kubeflow.org (Cluster)TrainingRuntime (templates under its JobSet template's replicatedJobs)
-and TrainJob (its nodes, and GPUs and processes per node, from spec.trainer).
+and TrainJob (its nodes, and GPUs and processes per node, from spec.trainer), serving.kserve.io
+InferenceService (its predictor's pod as KServe makes it, `infra.offline.effective.serving`: a storage
+URI brings KServe's storage-initializer init container; minReplicas pods).
 """
 
 from __future__ import annotations
@@ -111,6 +113,12 @@ def pod_templates(obj: Obj) -> list[PodTemplate]:
         return [template(job.get("template") or {}, where, _count(job.get("parallelism")), None)]
     if kind in {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"} and api.startswith("apps/"):
         return [template(spec.get("template") or {}, where, _count(spec.get("replicas")), None)]
+    if kind == "InferenceService" and api.startswith("serving.kserve.io/"):
+        from infra.offline.effective.serving import predictor_template
+
+        _, predictor = predictor_template(dict(obj))
+        replicas = _count((spec.get("predictor") or {}).get("minReplicas"))
+        return [template(predictor, f"{where} predictor", replicas, None)]
     if kind == "PodTemplate" and api == "v1":
         return [template(obj.get("template") or {}, where, 1, None)]
     if kind == "Pod" and api == "v1":

@@ -29,6 +29,9 @@ _KIND_ORDER = [
     "PyTorchJob",
     "TrainingRuntime",
     "TrainJob",
+    "PodDisruptionBudget",
+    "Deployment",
+    "InferenceService",
 ]
 
 
@@ -157,8 +160,11 @@ class Rendering:
     @property
     def external(self) -> list[Registration]:
         """Remote components applied by the provider itself (the operator's and Trainer v2's kustomize
-        overlays), by name: the mock runtime registers a program's resources in no fixed order."""
-        found = [r for r in self.registrations if r.type.startswith("kubernetes:kustomize")]
+        overlays, KServe's release manifest), by name: the mock runtime registers a program's resources
+        in no fixed order."""
+        found = [
+            r for r in self.registrations if r.type.startswith(("kubernetes:kustomize", "kubernetes:yaml"))
+        ]
         return sorted(found, key=lambda r: r.name)
 
 
@@ -244,6 +250,13 @@ def to_yaml(rendering: Rendering) -> str:
         "# Secret values are redacted.",
     ]
     for reg in rendering.external:
+        if reg.type.startswith("kubernetes:yaml"):
+            header.append(f"# Also applied (manifest, server-side): {reg.inputs.get('file')}")
+            header.append(
+                "#   its CRDs kept on destroy, its default deployment mode Standard "
+                "(see infra/program/kserve.py)"
+            )
+            continue
         header.append(f"# Also applied (kustomize, server-side): {reg.inputs.get('directory')}")
         if reg.transforms and reg.parent == "trainer-v2":
             header.append(

@@ -59,6 +59,11 @@ def local_queue_errors(obj: dict[str, Any]) -> list[str]:
     return [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
 
 
+# KServe v0.20.0's InferenceService CRD (config/crd/full), served version v1beta1.
+KSERVE_CRD = "serving.kserve.io_inferenceservices.yaml"
+KSERVE_GROUP = "serving.kserve.io/"
+
+
 def _pod_facts(template: dict[str, Any]) -> str:
     container = template["spec"]["containers"][0]
     limits = container.get("resources", {}).get("limits", {})
@@ -116,6 +121,24 @@ def describe(obj: dict[str, Any]) -> str:
         return f"kueue clusterQueue={spec['clusterQueue']}"
     if kind == "Service":
         return f"headless={spec.get('clusterIP') == 'None'} ports={[p['port'] for p in spec['ports']]}"
+    if kind == "PodDisruptionBudget":
+        return f"minAvailable={spec.get('minAvailable')}"
+    if kind == "Deployment":
+        rolling = spec.get("strategy", {}).get("rollingUpdate", {})
+        container = spec["template"]["spec"]["containers"][0]
+        return (
+            f"replicas={spec.get('replicas', 1)} maxUnavailable={rolling.get('maxUnavailable')} "
+            f"maxSurge={rolling.get('maxSurge')} image={container['image']}"
+        )
+    if kind == "InferenceService":
+        predictor = spec["predictor"]
+        mode = obj["metadata"].get("annotations", {}).get("serving.kserve.io/deploymentMode", "-")
+        rolling = predictor.get("deploymentStrategy", {}).get("rollingUpdate", {})
+        return (
+            f"mode={mode} replicas={predictor.get('minReplicas', 1)} "
+            f"maxUnavailable={rolling.get('maxUnavailable')} maxSurge={rolling.get('maxSurge')} "
+            f"image={predictor['containers'][0]['image']}"
+        )
     if kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
         policy = spec.get("mlPolicy") or {}
         jobset = spec["template"]["spec"]
@@ -177,7 +200,14 @@ def _effective_pod_facts(view: ClusterView) -> list[tuple[str, str, str]]:
 
 def summary(rendering: Rendering, view: ClusterView) -> str:
     rows = [(o["kind"], o["metadata"]["name"], describe(o)) for o in rendering.objects]
-    rows += [("kustomize", r.name, f"source={r.inputs.get('directory')}") for r in rendering.external]
+    rows += [
+        (
+            r.type.split(":")[1].split("/")[0],
+            r.name,
+            f"source={r.inputs.get('directory') or r.inputs.get('file')}",
+        )
+        for r in rendering.external
+    ]
     rows += _effective_pod_facts(view)
     width = [max(len(r[i]) for r in rows + [("KIND", "NAME", "")]) for i in range(2)]
     lines = [f"{'KIND':<{width[0]}}  {'NAME':<{width[1]}}  DETAILS"]
@@ -193,6 +223,19 @@ def is_builtin(obj: dict[str, Any]) -> bool:
 
 def trainer_crds_present(crd_dir: Path | None) -> bool:
     return crd_dir is not None and all((crd_dir / f).is_file() for f in (*TRAINER_CRDS.values(), JOBSET_CRD))
+
+
+def kserve_crd_present(crd_dir: Path | None) -> bool:
+    return crd_dir is not None and (crd_dir / KSERVE_CRD).is_file()
+
+
+def kserve_errors(obj: dict[str, Any], crd_dir: Path) -> list[str]:
+    """An InferenceService against KServe's CRD, version v1beta1 (strict: unknown fields are errors)."""
+    from infra.offline.crd import crd_validator
+
+    where = f"{obj['kind']}/{obj['metadata']['name']}"
+    validator = crd_validator(crd_dir / KSERVE_CRD, "v1beta1", strict=True)
+    return [f"{where}: {e.message} at {e.json_path}" for e in validator.iter_errors(obj)]
 
 
 def trainer_errors(obj: dict[str, Any], crd_dir: Path) -> list[str]:
@@ -233,6 +276,9 @@ def validation_errors(
             continue
         if is_local_queue(obj) and LOCAL_QUEUE_CRD.is_file():
             errors += local_queue_errors(obj)
+        if obj["apiVersion"].startswith(KSERVE_GROUP) and obj["kind"] == "InferenceService":
+            if kserve_crd_present(crd_dir) and crd_dir is not None:
+                errors += kserve_errors(obj, crd_dir)
             continue
         if obj["apiVersion"].startswith("kubeflow.org/"):
             if validator is not None:
@@ -256,6 +302,7 @@ def unchecked_kinds(rendering: Rendering) -> list[str]:
             and not o["apiVersion"].startswith("kubeflow.org/")
             and not (o["apiVersion"].startswith(TRAINER_GROUP) and o["kind"] in TRAINER_CRDS)
             and not (is_local_queue(o) and LOCAL_QUEUE_CRD.is_file())
+            and not (o["apiVersion"].startswith(KSERVE_GROUP) and o["kind"] == "InferenceService")
         }
     )
 
@@ -345,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         if LOCAL_QUEUE_CRD.is_file() and any(is_local_queue(o) for o in rendering.objects):
             checked.append("LocalQueue: Kueue's CRD schema (strict)")
+        if any(o["kind"] == "InferenceService" for o in rendering.objects):
+            checked.append(
+                "InferenceService: CRD schema (strict)"
+                if kserve_crd_present(crd_dir)
+                else "InferenceService: not checked (no CRD file, see --crd-dir)"
+            )
         checked += [f"{kind}: not checked (no schema here)" for kind in unchecked_kinds(rendering)]
         checked.append(
             f"{len(view.admission.pods)} effective pods admitted under Pod Security "

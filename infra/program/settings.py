@@ -525,6 +525,67 @@ class Settings(BaseModel):
         "jobRunAsUser", 1000, "uid/gid the trainer runs as (the image's user).", ge=1, le=2147483647
     )
 
+    # --- serving -----------------------------------------------------------------------------
+    serve_kind: Literal["none", "kserve", "deployment"] = key(
+        "serveKind",
+        "none",
+        "Serve the trained model once the training job succeeded: 'kserve' a KServe InferenceService "
+        "(Standard deployment mode: a plain Deployment, no Knative), 'deployment' a Deployment and a "
+        "Service, 'none' no server. Needs jobWait true (the server waits for the job's success).",
+    )
+    serve_model_source: Literal["pvc", "s3"] = key(
+        "serveModelSource",
+        "pvc",
+        "Where the server loads the model from: 'pvc' the run's checkpoint directory on the checkpoint "
+        "PVC (mounted read-only), 's3' the run's export under models/<job>/ (needs jobModelExport).",
+    )
+    serve_replicas: int = key(
+        "serveReplicas",
+        2,
+        "Server pods; with more than one a PodDisruptionBudget keeps at least one serving.",
+        ge=1,
+        le=100,
+    )
+    serve_wait_timeout_seconds: int = key(
+        "serveWaitTimeoutSeconds",
+        600,
+        "How long `pulumi up` waits for the server to be Ready (a new run's pods too, during the rollout).",
+        ge=60,
+        le=3600,
+    )
+    serve_port: int = key("servePort", 8080, "Port the server listens on in its pod.", ge=1024, le=65535)
+    serve_max_batch: int = key(
+        "serveMaxBatch", 256, "Most inputs the server accepts in one request.", ge=1, le=65536
+    )
+    serve_cpu_request: str = key("serveCpuRequest", "500m", "CPU request per server pod (a quantity).")
+    serve_cpu_limit: str = key("serveCpuLimit", "1", "CPU limit per server pod (a quantity).")
+    serve_memory_request: str = key(
+        "serveMemoryRequest", "512Mi", "Memory request per server pod (a quantity)."
+    )
+    serve_memory_limit: str = key("serveMemoryLimit", "1Gi", "Memory limit per server pod (a quantity).")
+    serve_ingress_namespaces: list[str] = key(
+        "serveIngressNamespaces",
+        [],
+        "Namespaces besides the stack's own whose pods may call the server (its NetworkPolicy lets in "
+        "nobody else).",
+    )
+    kserve_install: bool = key(
+        "kserveInstall",
+        False,
+        "Install KServe (its release manifest kserve.yaml at kserveVersion, CRDs kept on destroy, default "
+        "deployment mode Standard) in namespace kserve; cert-manager must already be in the cluster. "
+        "A platform or 'all' stack only.",
+    )
+    kserve_present: bool = key(
+        "kservePresent",
+        False,
+        "With kserveInstall false: declare that KServe (with its CRDs and webhook) is already in the "
+        "cluster, e.g. from the platform stack, so serveKind kserve may be used.",
+    )
+    kserve_version: str = key(
+        "kserveVersion", "v0.20.0", "Pinned KServe release tag (vMAJOR.MINOR.PATCH) kserveInstall applies."
+    )
+
     # --- field rules -------------------------------------------------------------------------
     @model_validator(mode="before")
     @classmethod
@@ -574,6 +635,14 @@ class Settings(BaseModel):
     def _optional_dns_label(cls, value: str) -> str:
         return value and _dns(value, DNS_LABEL, "DNS-1123 label (or empty)")
 
+    @field_validator("serve_ingress_namespaces")
+    @classmethod
+    def _namespace_list(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if len(name) > 63 or not DNS_LABEL.match(name):
+                raise ValueError(f"a list of namespace names, DNS-1123 labels ({name!r} is not one)")
+        return value
+
     @field_validator("storage_class_name")
     @classmethod
     def _dns_subdomain(cls, value: str) -> str:
@@ -591,6 +660,10 @@ class Settings(BaseModel):
         "job_memory_request",
         "job_memory_limit",
         "job_shm_size",
+        "serve_cpu_request",
+        "serve_cpu_limit",
+        "serve_memory_request",
+        "serve_memory_limit",
     )
     @classmethod
     def _quantity(cls, value: str) -> str:
@@ -609,7 +682,7 @@ class Settings(BaseModel):
     def _optional_quantity(cls, value: str) -> str:
         return value and cls._quantity(value)
 
-    @field_validator("operator_version", "trainer_version")
+    @field_validator("operator_version", "trainer_version", "kserve_version")
     @classmethod
     def _release_tag(cls, value: str) -> str:
         if not re.fullmatch(r"v\d+\.\d+\.\d+", value):

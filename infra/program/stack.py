@@ -1,5 +1,6 @@
 """Composes the stack: namespace (and its budget), storage, credentials, operator (and its post-install
-smoke check), the job's identity and network policy, the training job, outputs."""
+smoke check), the job's identity and network policy, the training job, the model's server (after the
+job succeeded), outputs."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
+from infra.program.kserve import KServe
 from infra.program.meta import JOB_LABEL, job_names, labels
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
+from infra.program.serving import ModelServer, serve_example
 from infra.program.settings import Settings
 from infra.program.smoke import SmokeCheck, smoke_enabled
 from infra.program.trainer_v2 import TrainerV2
@@ -42,8 +45,8 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
 
 
 def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
-    """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, their
-    CRDs), each as configured."""
+    """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, KServe,
+    their CRDs), each as configured."""
     outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
     operator = trainer = None
     if settings.operator_install:
@@ -53,6 +56,8 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     if settings.trainer_install:
         trainer = TrainerV2("trainer-v2", settings)
         outputs["trainerSource"] = trainer.source
+    if settings.kserve_install:
+        outputs["kserveSource"] = KServe("kserve", settings).source
     outputs.update(smoke_checks(settings, operator, trainer))
     return outputs
 
@@ -133,6 +138,26 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         job = IndexedJob("trainer", settings, inputs, namespace)
         kind = "job"
     ns = settings.namespace
+    kserve = KServe("kserve", settings) if settings.kserve_install else None
+    served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
+    if settings.serve_kind != "none":
+        # Every serving object takes its namespace through the job's outcome: registered only once the
+        # training job succeeded, never after a failed one.
+        server = ModelServer(
+            "server",
+            settings,
+            names,
+            after_success(pulumi.Output.from_input(namespace), job.outcome),
+            storage.checkpoint_claim,
+            secret_name,
+            after=(kserve,) if kserve else (),
+        )
+        served |= {
+            "serveKind": settings.serve_kind,
+            "serveModelVersion": settings.job_run_id,
+            "serveUrl": server.url,
+            "serveExample": serve_example(settings),
+        }
     return {
         "stackRole": settings.stack_role,
         "jobOutcome": job.outcome,
@@ -151,6 +176,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
         **smoke,
+        **served,
     }
 
 

@@ -272,6 +272,60 @@ BAD_CONFIGS = [
         {"operatorImage": "mirror.example.com/training-operator"},
         "config ddp-mnist:operatorImage=mirror.example.com/training-operator is invalid: must be a pinned image: add a version tag or an @sha256 digest (untagged means latest)",
     ),
+    # --- serving ---
+    (
+        {"serveKind": "knative"},
+        "config ddp-mnist:serveKind=knative is invalid: must be one of 'none', 'kserve' or 'deployment'",
+    ),
+    (
+        {"serveKind": "kserve", "jobWait": True},
+        "config ddp-mnist:serveKind=kserve is invalid: must be deployment or none unless KServe is in the cluster: set kservePresent true (KServe installed by the platform stack) or kserveInstall true (stackRole all)",
+    ),
+    (
+        {"serveKind": "deployment"},
+        "config ddp-mnist:jobWait=false is invalid: must be true when serveKind is deployment: the server is created only after the training job succeeded, which only a waited job tells",
+    ),
+    (
+        {"serveKind": "deployment", "jobWait": True, "serveModelSource": "s3"},
+        "config ddp-mnist:serveModelSource=s3 is invalid: must be pvc unless jobModelExport is true (the server reads the run's export, which only jobModelExport writes)",
+    ),
+    (
+        {
+            "stackRole": "job",
+            "operatorInstall": False,
+            "operatorInitContainerRestricted": True,
+            "kserveInstall": True,
+        },
+        "config ddp-mnist:kserveInstall=true is invalid: must be false when stackRole is job: the cluster's platform stack installs KServe and owns its CRDs (set kservePresent true here; stackRole all installs both in one stack)",
+    ),
+    (
+        {"stackRole": "platform", "serveKind": "deployment"},
+        "config ddp-mnist:serveKind=deployment is invalid: must be none when stackRole is platform (it runs no job to serve)",
+    ),
+    (
+        {"serveKind": "deployment", "jobWait": True, "serveMemoryRequest": "2Gi"},
+        "config ddp-mnist:serveMemoryRequest=2Gi is invalid: must be <= serveMemoryLimit (1Gi)",
+    ),
+    (
+        {"serveKind": "deployment", "jobWait": True, "serveCpuRequest": "2"},
+        "config ddp-mnist:serveCpuRequest=2 is invalid: must be <= serveCpuLimit (1)",
+    ),
+    (
+        {"serveKind": "deployment", "jobWait": True, "namespaceCpuQuota": "5"},
+        "config ddp-mnist:namespaceCpuQuota=5 is invalid: must be >= jobNodes x jobCpuRequest + (serveReplicas + 1) x serveCpuRequest (2 x 2 + 3 x 500m): the server runs while the next run trains, one pod more during its rollout",
+    ),
+    (
+        {"serveReplicas": 0},
+        "config ddp-mnist:serveReplicas=0 is invalid: must be >= 1",
+    ),
+    (
+        {"serveIngressNamespaces": ["Apps"]},
+        """config ddp-mnist:serveIngressNamespaces=["Apps"] is invalid: must be a list of namespace names, DNS-1123 labels ('Apps' is not one)""",
+    ),
+    (
+        {"kserveVersion": "0.20"},
+        "config ddp-mnist:kserveVersion=0.20 is invalid: must be a release tag vMAJOR.MINOR.PATCH such as v1.9.4",
+    ),
 ]
 
 

@@ -145,7 +145,11 @@ def test_network_policy_exists_before_the_job_and_can_be_turned_off():
 @pytest.mark.parametrize("name", STACKS)
 def test_pods_run_as_their_own_service_account_without_token_or_rbac(name):
     rendering = render(load_stack(name))
-    account = one(rendering, "ServiceAccount")
+    (account,) = [
+        a
+        for a in by_kind(rendering, "ServiceAccount")
+        if a["metadata"]["labels"]["app.kubernetes.io/component"] == "trainer"
+    ]
     assert account["metadata"]["name"] == "mnist-r1"
     assert account["automountServiceAccountToken"] is False
     for template in pod_templates(rendering):

@@ -41,18 +41,23 @@ def test_render_writes_manifest_and_summary(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "Job                    mnist-r1" in result.stdout
     assert "indexed nodes=2 procs/node=4 gpus/node=4 backend=nccl" in result.stdout
-    assert "Pod (effective)        mnist-r1-1-xxxxx       Job/mnist-r1 Index node-rank=1" in result.stdout
-    assert result.stdout.count("admitted (restricted)") == 3  # the seed Job's pod and two nodes
+    assert "Pod (effective)        mnist-r1-1-xxxxx          Job/mnist-r1 Index node-rank=1" in result.stdout
+    assert "mnist-serve-<hash>-xxxxx  Deployment/mnist-serve Replica" in result.stdout
+    assert "Deployment             mnist-serve" in result.stdout
+    # The seed Job's pod, two nodes and the server's two replicas.
+    assert result.stdout.count("admitted (restricted)") == 5
     # No PyTorchJob in this stack, so no word about its CRD schema.
     assert (
         "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: Kueue's CRD schema "
-        "(strict); 3 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
+        "(strict); 5 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
     ) in result.stdout
     effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
     assert [d["metadata"]["generateName"] for d in effective] == [
         "ddp-mnist-seed-",
         "mnist-r1-0-",
         "mnist-r1-1-",
+        "mnist-serve-<hash>-",
+        "mnist-serve-<hash>-",
     ]
     for written in ("eks-gpu.yaml", "eks-gpu.effective.yaml"):
         assert (tmp_path / written).stat().st_mode & 0o777 == 0o666 & ~_umask(), written
@@ -64,12 +69,17 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "PersistentVolumeClaim",
         "Secret",
         "ServiceAccount",
+        "ServiceAccount",
         "NetworkPolicy",
         "NetworkPolicy",
+        "NetworkPolicy",
+        "Service",
         "Service",
         "LocalQueue",
         "Job",
         "Job",
+        "PodDisruptionBudget",
+        "Deployment",
     ]
 
 

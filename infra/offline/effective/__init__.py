@@ -2,8 +2,9 @@
 
 Every check of rendered objects misses what controllers add before anything runs: the training
 operator's env, init container and Services, the Job controller's pod names, hostnames and completion
-index, JobSet's Jobs. `derive` returns those effective objects, one module per workload kind
-(`pytorchjob`, `job`, `trainjob`); a new kind is one more module registered in `DERIVERS`. Admission
+index, JobSet's Jobs, KServe's predictor. `derive` returns those effective objects, one module per
+workload kind (`pytorchjob`, `job`, `trainjob`, `serving` for Deployments and InferenceServices); a new
+kind is one more module registered in `DERIVERS`. Admission
 (`infra.offline.admission`) then decides whether the API server accepts each pod, and the local
 scheduler runs exactly these pods.
 """
@@ -92,7 +93,7 @@ def derive(objects: list[Obj], controllers: Controllers) -> Effective:
     """The effective pods and Services of every workload among `objects`, in their order."""
     import dataclasses
 
-    from infra.offline.effective import job, pytorchjob, trainjob  # noqa: F401 (registers the kinds)
+    from infra.offline.effective import job, pytorchjob, serving, trainjob  # noqa: F401 (registers the kinds)
 
     controllers = dataclasses.replace(controllers, rendered=tuple(copy.deepcopy(objects)))
     effective = Effective()

@@ -1,0 +1,382 @@
+"""Serving the trained model: a KServe InferenceService or a Deployment + Service, after the job succeeded."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from infra.offline.admission import Namespace, admit
+from infra.offline.cluster import cluster_view
+from infra.offline.crd import crd_validator
+from infra.offline.effective import Controllers, derive
+from infra.offline.manifest import RecordingMocks, run_program, to_yaml
+from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
+from infra.offline.stackconfig import load_stack
+from infra.program.kserve import CONFIG_MAP
+from infra.program.training_operator import CRD_TYPE
+from policy import guardrails as g
+from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
+
+S3 = {
+    "minioEndpoint": "minio.minio.svc:9000",
+    "minioTls": False,
+    "minioExistingSecret": "minio-creds",
+    "createNamespace": False,
+}
+DEPLOYMENT = {"serveKind": "deployment", "jobWait": True}
+KSERVE = {"serveKind": "kserve", "jobWait": True, "kservePresent": True}
+SERVE_LABEL = "ddp-mnist.io/serve"
+
+
+def _server(rendering) -> dict[str, Any]:
+    """The serving workload: the Deployment or the InferenceService."""
+    (obj,) = [*by_kind(rendering, "Deployment"), *by_kind(rendering, "InferenceService")]
+    return obj
+
+
+def _server_pod(obj) -> dict[str, Any]:
+    """The server's pod spec as rendered (a Deployment's template, an InferenceService's predictor)."""
+    return obj["spec"]["template"]["spec"] if obj["kind"] == "Deployment" else obj["spec"]["predictor"]
+
+
+def _named(rendering, kind, name) -> dict[str, Any]:
+    (obj,) = [o for o in by_kind(rendering, kind) if o["metadata"]["name"] == name]
+    return obj
+
+
+def test_nothing_is_served_by_default():
+    rendering = render_config({})
+    assert not {"Deployment", "InferenceService", "PodDisruptionBudget"} & {
+        o["kind"] for o in rendering.objects
+    }
+    assert not [k for k in rendering.outputs if k.startswith("serve")]
+
+
+def test_a_deployment_and_service_serve_the_runs_checkpoint_read_only():
+    rendering = render_config(DEPLOYMENT)
+    deployment = _named(rendering, "Deployment", "mnist-serve")
+    service = _named(rendering, "Service", "mnist-serve")
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]
+    assert pod["metadata"]["labels"][SERVE_LABEL] == "mnist-serve"
+    assert "ddp-mnist.io/job" not in pod["metadata"]["labels"]  # not selected by the training job's policy
+    assert deployment["spec"]["selector"] == {"matchLabels": {SERVE_LABEL: "mnist-serve"}}
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["python", "-m", "trainer.serve"]
+    assert container["args"] == [
+        "--model-uri=/checkpoints/mnist-r1",
+        "--model-name=mnist",
+        "--model-version=r1",
+        "--port=8080",
+        "--max-batch=256",
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert container["resources"] == {
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
+    claim = next(v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v)
+    assert claim["persistentVolumeClaim"] == {"claimName": "ddp-mnist-checkpoints", "readOnly": True}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == claim["name"])
+    assert mount == {"name": claim["name"], "mountPath": "/checkpoints", "readOnly": True}
+    assert not [e for e in container["env"] if e["name"].startswith("AWS_")]  # no credentials needed
+    assert service["spec"]["selector"] == {SERVE_LABEL: "mnist-serve"}
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
+
+
+@pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
+def test_the_server_pod_is_restricted_without_a_token_under_its_own_account(values):
+    rendering = render_config(values)
+    pod = _server_pod(_server(rendering))
+    assert pod["serviceAccountName"] == "mnist-serve"
+    assert pod["automountServiceAccountToken"] is False
+    account = _named(rendering, "ServiceAccount", "mnist-serve")
+    assert account["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+    view = cluster_view(rendering.objects, rendering.settings)
+    served = [p for p in view.admission.pods if p.role == "Replica"]
+    assert len(served) == 2
+    assert view.admission.refusals == []
+
+
+def test_an_inference_service_runs_our_container_in_standard_mode_without_a_storage_uri():
+    rendering = render_config({**KSERVE, **S3, "jobModelExport": True, "serveModelSource": "s3"})
+    isvc = one(rendering, "InferenceService")
+    assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert isvc["metadata"]["name"] == "mnist-serve"
+    annotations = isvc["metadata"]["annotations"]
+    assert annotations["serving.kserve.io/deploymentMode"] == "Standard"
+    assert annotations["serving.kserve.io/autoscalerClass"] == "none"
+    assert annotations["pulumi.com/timeoutSeconds"] == "600"
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["minReplicas"] == predictor["maxReplicas"] == 2
+    assert predictor["labels"][SERVE_LABEL] == "mnist-serve"
+    (container,) = predictor["containers"]
+    assert container["name"] == "kserve-container"
+    assert container["args"][0] == "--model-uri=s3://mnist/mnist/models/mnist-r1/"
+    assert "storageUri" not in str(isvc) and "STORAGE_URI" not in str(isvc)
+    assert not by_kind(rendering, "Deployment") and not by_kind(rendering, "Service")  # KServe makes them
+    errors = validation_errors(rendering, "1.33", None, DEFAULT_CRD_DIR)
+    assert errors == []
+
+
+def test_the_s3_model_comes_with_credentials_only_by_reference_and_no_secret_is_rendered():
+    secret = "S3cretValue-of-the-test"
+    rendering = render_config(
+        {**DEPLOYMENT, "minioEndpoint": "minio:9000", "jobModelExport": True, "serveModelSource": "s3"},
+        secrets={"minioAccessKey": "AKIATESTKEY0000", "minioSecretKey": secret},
+    )
+    (container,) = _server_pod(_server(rendering))["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "ddp-mnist-s3", "key": var}
+    assert env["AWS_ENDPOINT_URL"]["value"] == "https://minio:9000"
+    assert not [v for v in container.get("volumeMounts", []) if v["mountPath"] == "/checkpoints"]
+    text = to_yaml(rendering) + yaml.safe_dump(rendering.outputs)
+    assert secret not in text and "AKIATESTKEY0000" not in text
+
+
+# --- the gate ------------------------------------------------------------------------------------------
+
+
+class _JobEndsWith(RecordingMocks):
+    """Mocks whose training job comes back from the wait with a final condition."""
+
+    def __init__(self, condition: dict[str, str]) -> None:
+        super().__init__()
+        self.condition = condition
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        rid, outputs = super().new_resource(args)
+        if args.name == "trainer-job":
+            outputs = {**outputs, "status": {"conditions": [self.condition]}}
+        return rid, outputs
+
+
+SERVING_TYPES = {
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:serving.kserve.io/v1beta1:InferenceService",
+    "kubernetes:policy/v1:PodDisruptionBudget",
+}
+
+
+@pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
+def test_a_failed_training_job_registers_no_serving_object(values):
+    config = stack_config({**BASE, **values})
+    failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "exit code 3"}
+    mocks = _JobEndsWith(failed)
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(config, mocks)
+    assert str(raised.value).startswith("PyTorchJob mnist-r1 failed (BackoffLimitExceeded): exit code 3")
+    registered = {r.name for r in mocks.registrations}
+    assert "trainer-job" in registered
+    assert not [r for r in mocks.registrations if r.name.startswith("server-")]
+    assert not SERVING_TYPES & {r.type for r in mocks.registrations}
+
+    mocks = _JobEndsWith({"type": "Succeeded", "status": "True"})
+    _, outputs = run_program(config, mocks)
+    assert outputs["jobOutcome"] == "Succeeded"
+    served = {r.name: r for r in mocks.registrations if r.name.startswith("server-")}
+    workload = served.get("server-deployment") or served["server-inference-service"]
+    assert "server-policy" in workload.dependencies  # the NetworkPolicy is in place first
+    assert {"server-account", "server-policy", "server-budget"} <= set(served)
+
+
+# --- rollout -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
+def test_a_new_run_id_rolls_the_same_server_to_the_new_model_without_a_gap(values):
+    def server(run_id: str):
+        rendering = render_config({**values, "jobRunId": run_id})
+        (reg,) = [
+            r for r in rendering.registrations if r.name in ("server-deployment", "server-inference-service")
+        ]
+        return _server(rendering), reg
+
+    old, old_reg = server("r1")
+    new, new_reg = server("r2")
+    assert old["metadata"]["name"] == new["metadata"]["name"] == "mnist-serve"
+    assert old_reg.name == new_reg.name  # the same resource, updated in place
+    assert not new_reg.replace_on_changes and not new_reg.delete_before_replace
+    old_pod, new_pod = _server_pod(old), _server_pod(new)
+    assert old_pod["containers"][0]["args"] != new_pod["containers"][0]["args"]
+    assert "--model-version=r2" in new_pod["containers"][0]["args"]
+    assert "--model-uri=/checkpoints/mnist-r2" in new_pod["containers"][0]["args"]
+    strip = copy.deepcopy(new)
+    for pod in (_server_pod(strip),):
+        pod["containers"][0]["args"] = old_pod["containers"][0]["args"]
+    assert strip == old  # nothing else changes
+    strategy = (
+        new["spec"]["strategy"]
+        if new["kind"] == "Deployment"
+        else new["spec"]["predictor"]["deploymentStrategy"]
+    )
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    assert new_pod["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+
+
+# --- network policy, disruption budget, outputs -------------------------------------------------------
+
+
+def test_the_network_policy_lets_in_the_namespace_and_configured_ones_and_out_dns_and_s3():
+    rendering = render_config(
+        {
+            **DEPLOYMENT,
+            **S3,
+            "jobModelExport": True,
+            "serveModelSource": "s3",
+            "serveIngressNamespaces": ["apps"],
+        }
+    )
+    policy = _named(rendering, "NetworkPolicy", "mnist-serve")["spec"]
+    assert policy["podSelector"] == {"matchLabels": {SERVE_LABEL: "mnist-serve"}}
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["ingress"]
+    assert ingress["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "apps"}}},
+    ]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 8080}]
+    dns, s3 = policy["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert s3 == {
+        "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "minio"}}}],
+        "ports": [{"protocol": "TCP", "port": 9000}],
+    }
+    # From the checkpoint PVC the server needs no S3 at all.
+    pvc = _named(render_config(DEPLOYMENT), "NetworkPolicy", "mnist-serve")["spec"]
+    assert len(pvc["egress"]) == 1 and pvc["egress"][0]["ports"] == dns["ports"]
+
+
+@pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
+def test_a_disruption_budget_keeps_one_server_when_there_are_several(values):
+    budget = one(render_config(values), "PodDisruptionBudget")["spec"]
+    assert budget == {"minAvailable": 1, "selector": {"matchLabels": {SERVE_LABEL: "mnist-serve"}}}
+    assert not by_kind(render_config({**values, "serveReplicas": 1}), "PodDisruptionBudget")
+
+
+@pytest.mark.parametrize(
+    ("values", "url", "forward"),
+    [
+        (
+            DEPLOYMENT,
+            "http://mnist-serve.ddp-mnist.svc.cluster.local:8080/v2/models/mnist",
+            "kubectl -n ddp-mnist port-forward svc/mnist-serve 8080:8080 & ",
+        ),
+        (
+            KSERVE,
+            "http://mnist-serve-predictor.ddp-mnist.svc.cluster.local:80/v2/models/mnist",
+            "kubectl -n ddp-mnist port-forward svc/mnist-serve-predictor 8080:80 & ",
+        ),
+    ],
+)
+def test_outputs_give_the_in_cluster_url_and_a_command_to_paste(values, url, forward):
+    outputs = render_config(values).outputs
+    assert outputs["serveUrl"] == url
+    assert outputs["serveExample"] == (
+        f"{forward}sleep 2; curl -s http://127.0.0.1:8080/v2/models/mnist/ready; "
+        "curl -s http://127.0.0.1:8080/v2/models/mnist"
+    )
+    assert outputs["serveModelVersion"] == "r1"
+    assert outputs["serveKind"] == values["serveKind"]
+
+
+# --- KServe: what its controller and webhook do, its CRD, its install --------------------------------
+
+
+def test_kserve_would_inject_a_storage_initializer_that_restricted_refuses():
+    isvc = one(render_config(KSERVE), "InferenceService")
+    (pod,) = derive([isvc], Controllers()).pods[:1]
+    meta = pod.manifest["metadata"]
+    assert meta["generateName"] == "mnist-serve-predictor-<hash>-"
+    assert meta["labels"]["serving.kserve.io/inferenceservice"] == "mnist-serve"
+    assert meta["labels"]["app"] == "isvc.mnist-serve-predictor"
+    assert "initContainers" not in pod.spec
+    env = pod.spec["containers"][0]["env"]
+    assert {"name": "INFERENCE_SERVICE_NAME", "value": "mnist-serve"} in env
+    restricted = Namespace("ddp-mnist", "restricted")
+    assert admit([pod], restricted).refusals == []
+
+    with_uri = copy.deepcopy(isvc)
+    with_uri["spec"]["predictor"]["containers"][0]["env"].append(
+        {"name": "STORAGE_URI", "value": "s3://m/x/"}
+    )
+    (injected, _) = derive([with_uri], Controllers()).pods
+    assert [c["name"] for c in injected.spec["initContainers"]] == ["storage-initializer"]
+    refusals = admit([injected], restricted).refusals
+    assert refusals and 'container "storage-initializer"' in refusals[0]
+    # The policy pack sees the same pod.
+    assert g.pod_security_restricted(with_uri)
+    assert g.pod_security_restricted(isvc) == []
+
+
+def test_inference_service_crd_validation_can_fail():
+    isvc = one(render_config(KSERVE), "InferenceService")
+    validator = crd_validator(DEFAULT_CRD_DIR / KSERVE_CRD, "v1beta1", strict=True)
+    assert list(validator.iter_errors(isvc)) == []
+    isvc["spec"]["predictor"]["minReplica"] = 2
+    assert list(validator.iter_errors(isvc))
+
+
+def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode():
+    rendering = render_config({"stackRole": "platform", "kserveInstall": True, "operatorInstall": False})
+    (manifest,) = rendering.external
+    assert manifest.inputs["file"] == "https://github.com/kserve/kserve/releases/download/v0.20.0/kserve.yaml"
+    assert [(o["kind"], o["metadata"]["name"]) for o in rendering.objects] == [("Namespace", "kserve")]
+    assert rendering.outputs["kserveSource"] == manifest.inputs["file"]
+    (transform,) = manifest.transforms  # the transform the program registered with the manifest
+
+    def args(type_: str, props: dict[str, Any]) -> pulumi.ResourceTransformArgs:
+        return pulumi.ResourceTransformArgs(
+            custom=True,
+            type_=type_,
+            name=props["metadata"]["name"],
+            props=props,
+            opts=pulumi.ResourceOptions(),
+        )
+
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "x"},
+    }
+    kept = transform(args(CRD_TYPE, crd))
+    assert kept is not None and kept.opts.retain_on_delete is True
+    config = {
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIG_MAP},
+        "data": {"deploy": '{"defaultDeploymentMode": "Serverless"}'},
+    }
+    changed = transform(args("kubernetes:core/v1:ConfigMap", config))
+    assert changed is not None
+    assert yaml.safe_load(changed.props["data"]["deploy"]) == {"defaultDeploymentMode": "Standard"}
+    assert config["data"]["deploy"] == '{"defaultDeploymentMode": "Serverless"}'  # not modified in place
+
+
+def test_an_all_stack_installs_kserve_before_its_inference_service():
+    rendering = render_config({**KSERVE, "kservePresent": False, "kserveInstall": True})
+    (reg,) = [r for r in rendering.registrations if r.name == "server-inference-service"]
+    assert "kserve-manifests" in reg.dependencies
+
+
+def test_the_example_stacks_serve_each_way():
+    assert load_stack("gke-gpu").values["ddp-mnist:serveKind"] == "kserve"
+    assert load_stack("eks-gpu").values["ddp-mnist:serveKind"] == "deployment"
+    assert load_stack("gke-platform").values["ddp-mnist:kserveInstall"] in ("true", True)
