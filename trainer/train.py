@@ -261,7 +261,7 @@ def run_training(config: TrainConfig, started: float) -> None:
     left as it is: tearing it down could wait on the lost peer, and the process is about to exit
     anyway (see :func:`trainer.__main__.exit_process`). The export runs once the group is gone: the
     other ranks have passed the final barrier and exit 0, nothing waits on rank 0's upload, and its
-    failure is rank 0's own exit code (4, 5 or 7), never a broken collective.
+    failure is rank 0's own exit code (4, 205 or 207), never a broken collective.
     """
     lost: PeerLostError | None = None
     try:

@@ -39,7 +39,7 @@ def test_unexpanded_reference_finds_the_first() -> None:
     assert unexpanded_reference(["--nnodes=2", "--data=$HOME", "$(", "--lr=0.1"]) is None
 
 
-def test_master_unreachable_exits_6_within_the_bound(procs: Any) -> None:
+def test_master_unreachable_exits_206_within_the_bound(procs: Any) -> None:
     port = procs.free_port()
     args = [
         "--master-wait-timeout=3",
@@ -55,7 +55,7 @@ def test_master_unreachable_exits_6_within_the_bound(procs: Any) -> None:
     started = time.monotonic()
     result = procs.run("trainer.launch", args)
     took = time.monotonic() - started
-    assert result.returncode == 6
+    assert result.returncode == 206
     assert 3 <= took < 20
     # The wait is announced once; the refused connects it retries stay quiet until the wait fails.
     *waiting, failure = result.stderr.splitlines()
@@ -90,7 +90,7 @@ def test_long_wait_prints_short_progress_lines_without_the_error(procs: Any) -> 
         f"still waiting for master 127.0.0.1:{port} (30/70 s)",
         f"still waiting for master 127.0.0.1:{port} (60/70 s)",
     ]
-    assert caught.value.exit_code == 6
+    assert caught.value.exit_code == 206
     assert "(last error: [Errno 111] Connection refused)" in str(caught.value)
 
 
@@ -109,7 +109,7 @@ def test_wait_retries_dns_failures_until_the_bound() -> None:
     lines: list[str] = []
     with pytest.raises(LaunchError) as caught:
         wait_for_master("no-such-host.invalid", 1, 1.0, lines.append)
-    assert caught.value.exit_code == 6
+    assert caught.value.exit_code == 206
     assert lines == ["waiting for master no-such-host.invalid:1 (up to 1 s)"]
     assert "within --master-wait-timeout=1 s (last error: [Errno " in str(caught.value)
 
@@ -130,3 +130,38 @@ def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     )
     assert message in result.stderr.splitlines()
     assert "launch: worker rank " in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected", "line"),
+    [
+        ("sigterm", 143, "launch: torchrun stopped by SIGTERM: exit code 143 (retryable)"),
+        ("rendezvous", 200, "launch: rendezvous failed: RendezvousTimeoutError: no peer joined"),
+        ("store", 200, "launch: rendezvous failed: DistStoreError: Timed out waiting for clients"),
+    ],
+)
+def test_what_torchrun_raises_keeps_the_retry_rule(
+    raised: str, expected: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A preemption's SIGTERM and a failed rendezvous are retryable (>= 128), not a traceback and 1."""
+    import signal
+
+    import torch.distributed.run
+    from torch.distributed import DistStoreError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    from trainer.launch import main
+
+    errors = {
+        "sigterm": SignalException("Process 7 got signal: 15", signal.SIGTERM),
+        "rendezvous": RendezvousTimeoutError("no peer joined"),
+        "store": DistStoreError("Timed out waiting for clients"),
+    }
+
+    def run(_: object) -> None:
+        raise errors[raised]
+
+    monkeypatch.setattr(torch.distributed.run, "run", run)
+    assert main(["--", "--nnodes=1", "--nproc-per-node=1", "-m", "trainer"]) == expected
+    assert capsys.readouterr().err.splitlines()[-1].startswith(line)
