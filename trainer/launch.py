@@ -13,7 +13,9 @@ What it adds to plain torchrun:
 4. keeps the retry rule of :mod:`trainer.errors` (retryable <=> exit code >= 128) for what torchrun
    itself raises, which would otherwise be a traceback and exit 1 (permanent): a SIGTERM or SIGINT
    that torchrun turns into ``SignalException`` (a preemption, a deleted pod) exits 128 + N, and a
-   rendezvous that fails or times out (a peer that never joined) exits 200 (peer lost).
+   rendezvous that fails or times out (a peer that never joined) exits 200 (peer lost);
+5. skips torchrun for a finished run (:mod:`trainer.finished`): node rank > 0 exits 0 at once, node
+   rank 0 records the restart and retries the model export alone, needing no other rank.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from trainer.errors import (
     EXIT_MASTER_UNREACHABLE,
     EXIT_PEER_LOST,
     EXIT_USAGE,
+    TrainerError,
     write_line,
 )
 
@@ -162,6 +165,26 @@ def report(message: str) -> None:
     write_line(f"launch: {message}")
 
 
+def finished_run_of(parsed: argparse.Namespace) -> int | None:
+    """The exit code of a finished run's node, concluded without torchrun; None to run torchrun."""
+    from trainer.finished import conclude, finished_run, trainer_config
+
+    nnodes, nproc = str(parsed.nnodes), str(parsed.nproc_per_node)
+    if not (nnodes.isdigit() and nproc.isdigit()):  # an elastic range or "auto": not ours
+        return None
+    config = trainer_config(parsed.module, parsed.training_script, parsed.training_script_args)
+    world_size = int(nnodes) * int(nproc)
+    run = None if config is None else finished_run(config, world_size)
+    if run is None:
+        return None
+    try:
+        conclude(run, int(parsed.node_rank), world_size, report)
+    except TrainerError as error:
+        write_line(error.one_line("launch"))
+        return error.exit_code
+    return 0
+
+
 def launch(argv: Sequence[str]) -> int:
     own, torchrun_args = split_argv(argv)
     options = build_parser().parse_args(own)
@@ -174,6 +197,9 @@ def launch(argv: Sequence[str]) -> int:
     from torch.distributed.run import parse_args, run
 
     parsed = parse_args(torchrun_args)
+    finished = finished_run_of(parsed)
+    if finished is not None:
+        return finished
     if int(parsed.node_rank) > 0 and parsed.rdzv_backend == "static":
         port = int(parsed.master_port) if parsed.master_port is not None else 29500
         wait_for_master(parsed.master_addr, port, options.master_wait_timeout, report)
