@@ -116,13 +116,20 @@ def test_finished_run_started_again_keeps_its_figures_and_records_the_restart(
     assert (original["epochs"], original["resumed_from_epoch"], original["restarts"]) == (2, 0, [])
 
     started = datetime.now(UTC).replace(microsecond=0)
-    again = [procs.run("trainer", args), procs.run("trainer.launch", procs.launch_args(2, args))]
-    for result in again:
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "trainer: run already finished (2/2 epochs); nothing to train" in result.stdout
-        assert f"trainer: kept {metrics_path} and model.pt of the finished run; recorded this restart" in (
-            result.stdout
-        )
+    trainer = procs.run("trainer", args)
+    assert trainer.returncode == 0, trainer.stderr[-3000:]
+    assert "trainer: run already finished (2/2 epochs); nothing to train" in trainer.stdout
+    assert f"trainer: kept {metrics_path} and model.pt of the finished run; recorded this restart" in (
+        trainer.stdout
+    )
+    # Through the launcher (as in a pod), a finished run starts no torchrun: rank 0 records it alone.
+    launched = procs.run("trainer.launch", procs.launch_args(2, args))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert launched.stdout == ""
+    assert (
+        f"launch: run already finished ({ckpt / 'ckpt-epoch-0002.pt'}, with metrics.json and model.pt "
+        f"in {ckpt}); nothing to train"
+    ) in launched.stderr.splitlines()
     metrics = json.loads(metrics_path.read_text())
     restarts = metrics.pop("restarts")
     # Every figure of the run that trained (accuracy, wall time, epochs, history) is as it was.
