@@ -4,6 +4,12 @@ File format: one ASCII header line ``TRAINER-CKPT 1 <sha256 of payload> <payload
 followed by the payload, a ``torch.save`` archive. A reader checks length and sha256 before it
 unpickles anything, so a truncated or corrupted file is rejected, never loaded.
 Files are named ``ckpt-epoch-NNNN.pt``; the newest valid one wins, the last :data:`KEEP` stay.
+
+A directory holds one schedule (total optimizer steps) at a time. When a run starts with another
+schedule than its newest checkpoint's (an edit of epochs, batch size or, under weak scaling, the
+world size under the same run id), :func:`supersede` moves that schedule's checkpoints and results
+into ``superseded-<UTC time>-<steps>steps/`` beside them and the run starts afresh: nothing is
+deleted, and the old files are never resumed with a schedule they were not written for.
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +97,23 @@ def newest_valid(directory: Path, report: Callable[[str], None]) -> tuple[Path, 
         except (CorruptCheckpointError, OSError) as error:
             report(f"skipping corrupt checkpoint {path}: {error}")
     return None
+
+
+def supersede(directory: Path, total_steps: int, results: Iterable[Path] = ()) -> Path:
+    """Move every checkpoint of ``directory`` and the ``results`` files that exist (metrics.json,
+    model.pt) into a new ``superseded-<UTC time>-<total_steps>steps/`` there; returns it.
+
+    Checkpoints go first: once they are gone, a start that crashed halfway finds only what is left
+    and, with the schedule still changed, moves that too.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    archive = directory / f"superseded-{stamp}-{total_steps}steps"
+    suffix = 1
+    while archive.exists():
+        suffix += 1
+        archive = directory / f"superseded-{stamp}-{total_steps}steps-{suffix}"
+    archive.mkdir(parents=True)
+    for path in [*reversed(list_checkpoints(directory)), *results]:
+        if path.is_file():
+            shutil.move(str(path), str(archive / path.name))
+    return archive

@@ -10,20 +10,27 @@ code  meaning
 2     bad flags or usage (argparse's code; also an unexpanded ``$(VAR)``)
 3     training data missing or corrupt (files absent, bad checksum, bad IDX)
 4     S3 credentials missing or rejected
-5     S3 endpoint unreachable (``trainer.seed``: also no HTTPS mirror reachable)
-6     master not reachable within ``--master-wait-timeout`` (launcher only)
-7     model export failed: ``--export-to`` upload error other than 4 and 5 (the
-      run's checkpoints, model.pt and metrics.json are kept; a restart of the
-      finished run retries the export without training)
 200   peer lost: a collective broke because another rank died, hung or lost
-      its network (see :mod:`trainer.peers`); a restart resumes from the
-      newest checkpoint
+      its network (see :mod:`trainer.peers`), or the rendezvous failed; a
+      restart resumes from the newest checkpoint
+205   S3 endpoint unreachable (``trainer.seed``: also no HTTPS mirror reachable)
+206   master not reachable within ``--master-wait-timeout`` (launcher only)
+207   model export failed: ``--export-to`` upload error other than 4 and 205
+      (the run's checkpoints, model.pt and metrics.json are kept; a restart of
+      the finished run retries the export alone, without training or peers)
 ====  =====================================================================
 
-2, 3 and 4 are the "bad input" class: retrying the same pod cannot help.
-:data:`RETRYABLE_EXIT_CODES` are the opposite: a restart is the fix. They are >= 128 because the
+One rule decides what is retried, for every job kind: **retryable <=> exit code >= 128**.
+1-127 are permanent (a bug, or bad input: retrying the same pod fails the same way); 128 and
+above are a restart's to fix: the trainer's own transient codes (2xx) and death by a signal
+(128 + N: the OOM killer's or a preemption's SIGKILL 137, SIGTERM 143, SIGABRT 134). The
 training operator (v1.9.4, ``restartPolicy: ExitCode``) retries exactly those codes
-(``IsRetryableExitCode: exitCode >= 128``) and fails the job at once on 1-127.
+(``pkg/util/train/train_util.go``: ``IsRetryableExitCode: exitCode >= 128``) and fails the job
+at once on 1-127; the Indexed Job, the seed Job and the TrainJob's node Job get the same rule as
+a podFailurePolicy ``FailJob`` on :data:`PERMANENT_EXIT_CODES` (Kubernetes
+``pkg/controller/job/pod_failure_policy.go``: any code no rule matches is counted and retried).
+The trainer's transient codes are 200 + n, above 192 so that no signal (Linux stops at 64,
+SIGRTMAX) can give them.
 """
 
 from __future__ import annotations
@@ -36,17 +43,28 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_DATA = 3
 EXIT_S3_CREDENTIALS = 4
-EXIT_S3_UNREACHABLE = 5
-EXIT_MASTER_UNREACHABLE = 6
-EXIT_EXPORT = 7
 # >= 128 so that the training operator retries it, and outside what a signal gives: a shell and
 # torchrun's launcher report death by signal N as 128 + N, and Linux signals stop at 64 (SIGRTMAX),
 # so 129-192 could be read as "killed by a signal". 200 can only come from the trainer itself.
 EXIT_PEER_LOST = 200
+EXIT_S3_UNREACHABLE = 205
+EXIT_MASTER_UNREACHABLE = 206
+EXIT_EXPORT = 207
 
+# The lowest retryable code: the training operator's ExitCode rule, and ours for every job kind.
+RETRYABLE_FROM = 128
 BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+# Every code a retry cannot fix: what a podFailurePolicy fails the Job on (an explicit list: the
+# Job API has no range operator; 127 values, within its limit of 255).
+PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
 # The trainer's own codes for a failure that a restart fixes (a signal's 128 + N is retried too).
-RETRYABLE_EXIT_CODES = (EXIT_PEER_LOST,)
+RETRYABLE_EXIT_CODES = (EXIT_PEER_LOST, EXIT_S3_UNREACHABLE, EXIT_MASTER_UNREACHABLE, EXIT_EXPORT)
+
+
+def is_retryable(code: int) -> bool:
+    """Whether a restart may fix a pod that exited with ``code`` (see the module docstring)."""
+    return code >= RETRYABLE_FROM
+
 
 # Short meanings, as ``python -m trainer --help`` lists them; a test keeps this in step with EXIT_*.
 EXIT_CODE_MEANINGS: dict[int, str] = {
@@ -55,10 +73,10 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_USAGE: "bad flags",
     EXIT_DATA: "data missing or corrupt",
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
-    EXIT_S3_UNREACHABLE: "S3 endpoint (or every seed mirror) unreachable",
-    EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch)",
-    EXIT_EXPORT: "model export failed",
     EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
+    EXIT_S3_UNREACHABLE: "S3 endpoint (or every seed mirror) unreachable; retryable",
+    EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch); retryable",
+    EXIT_EXPORT: "model export failed; retryable (the export alone)",
 }
 
 

@@ -7,7 +7,7 @@
 Rank 0 exports once the process group is gone: every rank has passed the final barrier and the
 others have exited 0, so a slow or failing upload never holds a collective open, and its error is
 rank 0's own exit code, never "peer lost" elsewhere. The upload only reads the local files: on a
-failure (4 credentials, 5 endpoint unreachable, 7 anything else) the checkpoints, model.pt and
+failure (4 credentials, 205 endpoint unreachable, 207 anything else) the checkpoints, model.pt and
 metrics.json stay as they are, and starting the finished run again retries the export without
 training. Because SHA256SUMS goes last, one that lists this model.pt means the export completed.
 """
@@ -121,7 +121,7 @@ def put(client: Any, location: S3Location, name: str, data: bytes) -> None:
 
 @contextmanager
 def export_errors(folder: str, hint: str) -> Iterator[None]:
-    """S3 errors as the export's exit codes: 4 credentials, 5 unreachable, 7 anything else."""
+    """S3 errors as the export's exit codes: 4 credentials, 205 unreachable, 207 anything else."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:

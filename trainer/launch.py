@@ -5,11 +5,17 @@ What it adds to plain torchrun:
 1. fails at once (exit 2) if an argument still holds an unexpanded ``$(VAR)`` reference, which
    Kubernetes leaves in place when the variable is missing from the container's environment;
 2. on node rank > 0, waits (bounded) until the master's port accepts TCP connections, since an
-   Indexed Job's worker pod can start before the master pod exists or listens (exit 6 on timeout);
+   Indexed Job's worker pod can start before the master pod exists or listens (exit 206 on timeout);
 3. exits with the first failed worker's own exit code (128 + signal if it was killed), where
    torchrun itself would always exit 1, so the trainer's codes reach the podFailurePolicy and the
    training operator's ``ExitCode`` restart policy (200, a lost peer, is retried: see
-   :mod:`trainer.peers` for how long a lost or hung peer takes to end the pod).
+   :mod:`trainer.peers` for how long a lost or hung peer takes to end the pod);
+4. keeps the retry rule of :mod:`trainer.errors` (retryable <=> exit code >= 128) for what torchrun
+   itself raises, which would otherwise be a traceback and exit 1 (permanent): a SIGTERM or SIGINT
+   that torchrun turns into ``SignalException`` (a preemption, a deleted pod) exits 128 + N, and a
+   rendezvous that fails or times out (a peer that never joined) exits 200 (peer lost);
+5. skips torchrun for a finished run (:mod:`trainer.finished`): node rank > 0 exits 0 at once, node
+   rank 0 records the restart and retries the model export alone, needing no other rank.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from trainer.errors import (
     EXIT_MASTER_UNREACHABLE,
     EXIT_PEER_LOST,
     EXIT_USAGE,
+    TrainerError,
     write_line,
 )
 
@@ -158,6 +165,26 @@ def report(message: str) -> None:
     write_line(f"launch: {message}")
 
 
+def finished_run_of(parsed: argparse.Namespace) -> int | None:
+    """The exit code of a finished run's node, concluded without torchrun; None to run torchrun."""
+    from trainer.finished import conclude, finished_run, trainer_config
+
+    nnodes, nproc = str(parsed.nnodes), str(parsed.nproc_per_node)
+    if not (nnodes.isdigit() and nproc.isdigit()):  # an elastic range or "auto": not ours
+        return None
+    config = trainer_config(parsed.module, parsed.training_script, parsed.training_script_args)
+    world_size = int(nnodes) * int(nproc)
+    run = None if config is None else finished_run(config, world_size)
+    if run is None:
+        return None
+    try:
+        conclude(run, int(parsed.node_rank), world_size, report)
+    except TrainerError as error:
+        write_line(error.one_line("launch"))
+        return error.exit_code
+    return 0
+
+
 def launch(argv: Sequence[str]) -> int:
     own, torchrun_args = split_argv(argv)
     options = build_parser().parse_args(own)
@@ -170,11 +197,26 @@ def launch(argv: Sequence[str]) -> int:
     from torch.distributed.run import parse_args, run
 
     parsed = parse_args(torchrun_args)
+    finished = finished_run_of(parsed)
+    if finished is not None:
+        return finished
     if int(parsed.node_rank) > 0 and parsed.rdzv_backend == "static":
         port = int(parsed.master_port) if parsed.master_port is not None else 29500
         wait_for_master(parsed.master_addr, port, options.master_wait_timeout, report)
+    from torch.distributed import DistError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
     try:
         run(parsed)
+    except SignalException as error:
+        code = 128 + int(error.sigval)
+        report(f"torchrun stopped by {signal.Signals(error.sigval).name}: exit code {code} (retryable)")
+        return code
+    except (RendezvousError, DistError) as error:
+        text = " ".join(str(error).split()) or type(error).__name__
+        report(f"rendezvous failed: {type(error).__name__}: {text}; exit code {EXIT_PEER_LOST} (peer lost)")
+        return EXIT_PEER_LOST
     except ChildFailedError as error:
         write_line(str(error))
         rank, failure = root_failure(error)

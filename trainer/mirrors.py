@@ -7,7 +7,7 @@ whose sha256 is not the canonical one, and then the next mirror is tried, with o
 the mirror, the file and the reason.
 
 When every mirror failed for a file, the seed exits 3 (data) if any of them answered with wrong
-content: fetching again gets the same bytes, so a person must fix the mirror list. It exits 5
+content: fetching again gets the same bytes, so a person must fix the mirror list. It exits 205
 (unreachable, retryable) when every failure was a network or HTTP error.
 
 Plain standard library: TLS is verified against the system's CA certificates (``SSL_CERT_FILE``
@@ -117,7 +117,7 @@ def fetch_from_mirrors(
 
 
 def no_mirror_error(name: str, failures: list[Failure]) -> TrainerError:
-    """Exit 3 if any mirror served wrong content, else exit 5 (see the module docstring)."""
+    """Exit 3 if any mirror served wrong content, else exit 205 (see the module docstring)."""
     tried = "; ".join(f"{f.mirror}: {f.reason}" for f in failures)
     if any(f.wrong_content for f in failures):
         return DataError(

@@ -14,7 +14,7 @@ atomic and SHA256SUMS is written last.
 
 Mirrors serve <name>.gz beneath their URL, https only, tried in order for each file (one line per
 failed attempt). When all fail for a file: exit 3 if any mirror served wrong content (a bad gzip, a
-wrong sha256: a retry gets the same bytes), exit 5 if every failure was a network or HTTP error.
+wrong sha256: a retry gets the same bytes), exit 205 if every failure was a network or HTTP error.
 S3 endpoint and keys come from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.
 """
 

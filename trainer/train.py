@@ -18,8 +18,15 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer import checkpoint, dist, engine, peers
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
-from trainer.errors import PeerLostError, UsageError, write_line
-from trainer.metrics import METRICS_FILE, EpochRecord, export_results, peak_rss_mib, record_restart
+from trainer.errors import PeerLostError, write_line
+from trainer.metrics import (
+    METRICS_FILE,
+    MODEL_FILE,
+    EpochRecord,
+    export_results,
+    peak_rss_mib,
+    record_restart,
+)
 from trainer.model import build_model, state_dict_sha256
 from trainer.scaling import BatchPlan, plan_batches, scaled_lr
 
@@ -132,11 +139,7 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     state = checkpoint.decode(payload, run.device)
     total_steps = run.plan.steps_per_epoch * run.config.epochs
     if state["total_steps"] != total_steps:
-        raise UsageError(
-            f"{path} was written by a run with {state['total_steps']} total steps "
-            f"(--epochs={state['epochs']}), this run has {total_steps}; "
-            "use the same flags or a new --checkpoint-dir"
-        )
+        return superseded(run, path, state, total_steps)
     run.module.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
@@ -146,6 +149,23 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     random.setstate(state["rng"]["python"])
     log(run.env, f"resumed from {path} (epoch {state['epoch']}/{run.config.epochs})")
     return state["epoch"], [EpochRecord(**record) for record in state["history"]]
+
+
+def superseded(run: Run, path: str, state: dict[str, Any], total_steps: int) -> tuple[int, list[EpochRecord]]:
+    """The newest checkpoint has another schedule: rank 0 moves that schedule's files aside, and
+    every rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
+    config = run.config
+    moved = "its files"
+    if run.env.is_main:
+        results = [config.output_dir / METRICS_FILE, config.output_dir / MODEL_FILE]
+        moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
+    log(
+        run.env,
+        f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
+        f"(--epochs={state['epochs']}), this run has {total_steps}; moved that schedule's "
+        f"checkpoints, metrics.json and model.pt to {moved}; starting at epoch 1",
+    )
+    return 0, []
 
 
 def train(run: Run) -> bool:
@@ -261,7 +281,7 @@ def run_training(config: TrainConfig, started: float) -> None:
     left as it is: tearing it down could wait on the lost peer, and the process is about to exit
     anyway (see :func:`trainer.__main__.exit_process`). The export runs once the group is gone: the
     other ranks have passed the final barrier and exit 0, nothing waits on rank 0's upload, and its
-    failure is rank 0's own exit code (4, 5 or 7), never a broken collective.
+    failure is rank 0's own exit code (4, 205 or 207), never a broken collective.
     """
     lost: PeerLostError | None = None
     try:

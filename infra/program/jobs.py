@@ -9,14 +9,7 @@ from typing import Any, TypeVar, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.meta import (
-    BAD_INPUT_EXIT_CODES,
-    CONTAINER,
-    JOB_LABEL,
-    PEER_LOST_EXIT_CODE,
-    JobNames,
-    labels,
-)
+from infra.program.meta import CONTAINER, JOB_LABEL, PERMANENT_EXIT_CODES, JobNames, labels
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
 
@@ -133,24 +126,26 @@ def after_success(value: pulumi.Output[T], outcome: pulumi.Output[str]) -> pulum
     return both.apply(lambda resolved: cast(T, resolved[0]))
 
 
-def pod_failure_policy(container: str, counted: Sequence[int] = ()) -> k8s.batch.v1.PodFailurePolicyArgs:
-    """A Job's podFailurePolicy for a container of ours: the trainer's "bad input" codes fail the Job at
-    once (a retry fails the same way), `counted` codes count against the backoff (what retries are
-    for), and evictions and preemptions are not counted at all (not the pod's fault)."""
+def pod_failure_policy(container: str) -> k8s.batch.v1.PodFailurePolicyArgs:
+    """A Job's podFailurePolicy for a container of ours: the trainer's retry rule (trainer/errors.py).
+
+    Rules are matched in order and the first match wins (Kubernetes `pkg/controller/job/
+    pod_failure_policy.go`, matchPodFailurePolicy): evictions and preemptions (`DisruptionTarget`)
+    are not the pod's fault and are not counted; an exit code of 1-127 (a bug, bad input: a retry
+    fails the same way) fails the Job at once; anything else (128 and above: a signal, a lost peer,
+    an unreachable S3 endpoint or master, a failed export) matches no rule and is counted against
+    the backoff limit, i.e. retried. The codes are an explicit list: the API has no range operator
+    (`In`, at most 255 values, ordered).
+    """
     batch = k8s.batch.v1
-
-    def on_codes(action: str, codes: Sequence[int]) -> batch.PodFailurePolicyRuleArgs:
-        requirement = batch.PodFailurePolicyOnExitCodesRequirementArgs(
-            container_name=container, operator="In", values=list(codes)
-        )
-        return batch.PodFailurePolicyRuleArgs(action=action, on_exit_codes=requirement)
-
     disrupted = batch.PodFailurePolicyOnPodConditionsPatternArgs(type="DisruptionTarget", status="True")
+    permanent = batch.PodFailurePolicyOnExitCodesRequirementArgs(
+        container_name=container, operator="In", values=list(PERMANENT_EXIT_CODES)
+    )
     return batch.PodFailurePolicyArgs(
         rules=[
-            on_codes("FailJob", BAD_INPUT_EXIT_CODES),
-            *([on_codes("Count", counted)] if counted else []),
             batch.PodFailurePolicyRuleArgs(action="Ignore", on_pod_conditions=[disrupted]),
+            batch.PodFailurePolicyRuleArgs(action="FailJob", on_exit_codes=permanent),
         ]
     )
 
@@ -392,7 +387,7 @@ class IndexedJob(pulumi.ComponentResource):
                     if settings.job_ttl_seconds_after_finished >= 0
                     else None
                 ),
-                pod_failure_policy=pod_failure_policy(CONTAINER, counted=(PEER_LOST_EXIT_CODE,)),
+                pod_failure_policy=pod_failure_policy(CONTAINER),
                 template=template,
             ),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),

@@ -11,8 +11,10 @@ from infra.program.settings import PROJECT, Settings
 JOB_LABEL = f"{PROJECT}.io/job"
 CONTAINER = "pytorch"  # the training operator finds the container by this name
 PORT_NAME = "pytorchjob-port"  # ...and the rendezvous port by this one
-BAD_INPUT_EXIT_CODES = (2, 3, 4)  # trainer: bad flags, bad data, rejected S3 credentials
-PEER_LOST_EXIT_CODE = 200  # trainer: a broken collective (a rank died or hung); retryable
+# The trainer's retry rule (trainer/errors.py, kept equal by a test): 1-127 are permanent (a bug or
+# bad input), 128 and above are retried (signals, and the trainer's transient 2xx codes).
+RETRYABLE_FROM = 128
+PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 

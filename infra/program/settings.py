@@ -441,7 +441,8 @@ class Settings(BaseModel):
         "OnFailure",
         "PyTorchJob replica restart policy: OnFailure restarts failed containers in place (jobBackoffLimit "
         "incidents survived), bad input included; ExitCode fails at once on exit codes 1-127 (bad input) "
-        "and retries 128 and above (signals, 200 a lost peer) with new pods, which only "
+        "and retries 128 and above (signals, the trainer's 2xx: lost peer, S3, master, export) with new "
+        "pods, which only "
         "jobActiveDeadlineSeconds bounds (required with it).",
     )
     job_clean_pod_policy: Literal["None", "Running", "All"] = key(

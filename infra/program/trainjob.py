@@ -23,8 +23,8 @@ And JobSet v0.12.0 (kubernetes-sigs/jobset, `pkg/controllers/failure_policy.go`)
 matched against `failurePolicy.rules` in order; the first match's action applies, else `RestartJobSet`,
 which recreates every Job (every pod) and fails the JobSet once `maxRestarts` restarts are used up.
 So each node Job has `backoffLimit: 0` (any lost rank fails the Job; the JobSet restarts every node, as
-one incident), its podFailurePolicy fails it at once on the trainer's bad-input exit codes (reason
-`PodFailurePolicy`), and a rule turns that reason into `FailJobSet`: `jobBackoffLimit` is the number
+one incident), its podFailurePolicy fails it at once on the trainer's permanent exit codes 1-127
+(reason `PodFailurePolicy`), and a rule turns that reason into `FailJobSet`: `jobBackoffLimit` is the number
 of incidents survived, as for the other kinds.
 """
 
@@ -43,7 +43,7 @@ from infra.program.jobs import (
     replace_on_any_change,
     training_logs,
 )
-from infra.program.meta import BAD_INPUT_EXIT_CODES, PEER_LOST_EXIT_CODE, labels
+from infra.program.meta import PERMANENT_EXIT_CODES, labels
 from infra.program.podspec import container_resources, pod_template
 from infra.program.settings import PROJECT, Settings
 
@@ -54,7 +54,7 @@ ANCESTOR_LABEL = f"{API_GROUP}/trainjob-ancestor-step"
 ANCESTOR_TRAINER = "trainer"
 # The torch plugin's env (constants.TorchRunReservedEnvNames): never set by us, in either object.
 RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
-BAD_INPUT_RULE = "FailJobSetOnBadInput"  # JobSet rule names: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$
+PERMANENT_RULE = "FailJobSetOnPermanentExit"  # JobSet rule names: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$
 
 
 def node_job_spec(settings: Settings, template: Any) -> dict[str, Any]:
@@ -67,23 +67,19 @@ def node_job_spec(settings: Settings, template: Any) -> dict[str, Any]:
         "backoffLimit": 0,
         "podFailurePolicy": {
             "rules": [
-                # The trainer's "bad input" codes fail again on retry: the Job fails with reason
-                # PodFailurePolicy, which the JobSet rule BAD_INPUT_RULE makes final.
+                # Evictions and preemptions are not the trainer's fault: the pod is replaced, uncounted.
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                # Exit codes 1-127 (a bug, bad input) fail again on retry: the Job fails with reason
+                # PodFailurePolicy, which the JobSet rule PERMANENT_RULE makes final. Any other failure
+                # (128 and above: retryable) fails the Job (backoffLimit 0): JobSet restarts every node.
                 {
                     "action": "FailJob",
                     "onExitCodes": {
                         "containerName": NODE,
                         "operator": "In",
-                        "values": list(BAD_INPUT_EXIT_CODES),
+                        "values": list(PERMANENT_EXIT_CODES),
                     },
                 },
-                # A lost peer fails the Job (backoffLimit 0): the JobSet restarts every node.
-                {
-                    "action": "Count",
-                    "onExitCodes": {"containerName": NODE, "operator": "In", "values": [PEER_LOST_EXIT_CODE]},
-                },
-                # Evictions and preemptions are not the trainer's fault: the pod is replaced, uncounted.
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]
         },
         "template": template,
@@ -98,7 +94,7 @@ def jobset_template_spec(settings: Settings, template: Any) -> dict[str, Any]:
             "maxRestarts": settings.job_backoff_limit,
             "restartStrategy": "Recreate",
             "rules": [
-                {"name": BAD_INPUT_RULE, "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+                {"name": PERMANENT_RULE, "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
             ],
         },
         "replicatedJobs": [

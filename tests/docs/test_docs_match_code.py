@@ -49,7 +49,8 @@ def table(text: str, header: str) -> list[list[str]]:
 
 
 def exit_codes(text: str) -> dict[int, str]:
-    return {int(code): meaning for code, meaning in table(text, "exit code")}
+    """The table's numbered rows (a pattern row such as `128 + N`, for signals, is not a code of ours)."""
+    return {int(code): meaning for code, meaning in table(text, "exit code") if code.isdigit()}
 
 
 def words(text: str) -> set[str]:

@@ -8,7 +8,6 @@ from infra.offline.cluster import cluster_view
 from infra.offline.manifest import render
 from infra.offline.podenv import container_env, node_argv
 from infra.offline.stackconfig import load_stack
-from infra.program.meta import BAD_INPUT_EXIT_CODES
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
@@ -238,13 +237,13 @@ def test_indexed_job_torchrun_arguments_per_node():
 def test_indexed_job_failure_rules():
     spec = one(render_config({"jobKind": "indexed-job", "jobBackoffLimit": 4}), "Job")["spec"]
     assert spec["backoffLimitPerIndex"] == 4
-    fail, count, ignore = spec["podFailurePolicy"]["rules"]
-    assert count["action"] == "Count" and count["onExitCodes"]["values"] == [200]
+    # First match wins: a disruption is never counted, then 1-127 fail the Job, the rest is retried.
+    ignore, fail = spec["podFailurePolicy"]["rules"]
+    assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert fail == {
         "action": "FailJob",
-        "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": [2, 3, 4]},
+        "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": list(range(1, 128))},
     }
-    assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 
 
 def test_trainer_arguments_follow_config():
@@ -386,23 +385,18 @@ def test_labels_everywhere():
         assert labels["app.kubernetes.io/managed-by"] == "pulumi"
 
 
-def test_bad_input_codes_are_the_trainers():
-    """The Indexed Job's FailJob rule and the trainer's exit codes are one contract."""
-    from trainer.errors import BAD_INPUT_EXIT_CODES as TRAINER_CODES
-    from trainer.errors import EXIT_DATA, EXIT_S3_CREDENTIALS, EXIT_USAGE
+def test_the_retry_rule_is_the_trainers():
+    """The podFailurePolicy's FailJob codes and the trainer's exit codes are one contract: 1-127 are
+    permanent, 128 and above (the training operator's ExitCode rule) retryable."""
+    from infra.program.meta import PERMANENT_EXIT_CODES, RETRYABLE_FROM
+    from trainer import errors
 
-    assert BAD_INPUT_EXIT_CODES == TRAINER_CODES == (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
-
-
-def test_a_lost_peer_is_counted_against_the_index_backoff_and_is_the_trainers_retryable_code():
-    from infra.program.meta import PEER_LOST_EXIT_CODE
-    from trainer.errors import EXIT_PEER_LOST, RETRYABLE_EXIT_CODES
-
-    assert PEER_LOST_EXIT_CODE == EXIT_PEER_LOST and RETRYABLE_EXIT_CODES == (EXIT_PEER_LOST,)
-    assert EXIT_PEER_LOST >= 128 > max(BAD_INPUT_EXIT_CODES)  # the operator's ExitCode policy retries it
-    rules = one(render_config({"jobKind": "indexed-job"}), "Job")["spec"]["podFailurePolicy"]["rules"]
-    assert [r["action"] for r in rules] == ["FailJob", "Count", "Ignore"]
-    assert rules[1]["onExitCodes"] == {"containerName": "pytorch", "operator": "In", "values": [200]}
+    assert (PERMANENT_EXIT_CODES, RETRYABLE_FROM) == (errors.PERMANENT_EXIT_CODES, errors.RETRYABLE_FROM)
+    assert set(errors.BAD_INPUT_EXIT_CODES) | {errors.EXIT_INTERNAL} <= set(PERMANENT_EXIT_CODES)
+    assert min(errors.RETRYABLE_EXIT_CODES) > 192  # above every 128 + signal (SIGRTMAX is 64)
+    assert all(errors.is_retryable(c) for c in errors.RETRYABLE_EXIT_CODES)
+    assert not any(errors.is_retryable(c) for c in PERMANENT_EXIT_CODES)
+    assert len(PERMANENT_EXIT_CODES) <= 255  # the Job API's limit on onExitCodes.values
 
 
 def test_operator_env_matches_the_documented_injection():

@@ -115,7 +115,7 @@ def test_seed_job_with_rejected_keys_fails_at_once_with_4(tmp_path):
     assert "restarting" not in output and "[mnist-r1-" not in output
 
 
-def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_5(tmp_path):
+def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_205(tmp_path):
     from infra.offline.local.s3 import free_port
 
     overrides = {
@@ -126,6 +126,8 @@ def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_5(tmp_pa
     values = {**MINIO, "seedSource": "s3", "seedBackoffLimit": 1}
     job, result, output = _run(values, tmp_path, overrides, timeout=180)
     assert job.job_name == "ddp-mnist-seed" and not result.succeeded
-    assert "[local] pod ddp-mnist-seed exited with 5; restarting in 10s (1/1" in output
-    assert result.reason.startswith("pod ddp-mnist-seed exited with 5 (backoff limit reached)"), result.reason
+    assert "[local] pod ddp-mnist-seed exited with 205; restarting in 10s (1/1" in output
+    assert result.reason.startswith("pod ddp-mnist-seed exited with 205 (backoff limit reached)"), (
+        result.reason
+    )
     assert "[mnist-r1-" not in output  # the training job never starts

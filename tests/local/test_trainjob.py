@@ -68,7 +68,7 @@ def test_each_node_gets_the_torch_plugins_env_with_the_master_here(tmp_path):
         "jobActiveDeadlineSeconds": 900,
     }
     job = plan_stack(render_config(values), tmp_path, {})
-    assert job.restart == RestartRule("trainjob", "Never", 2, (2, 3, 4), job_backoff_limit=0)
+    assert job.restart == RestartRule("trainjob", "Never", 2, tuple(range(1, 128)), job_backoff_limit=0)
     assert job.active_deadline == 900
     first, last = job.pods[0], job.pods[2]
     assert [p.index for p in job.pods] == [0, 1, 2]
@@ -100,7 +100,7 @@ def _scripted(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> None:
         pod.argv = [sys.executable, "-c", script, str(counter)]
 
 
-def _run_scripted(values: dict, tmp_path: Path, incidents: int, code: int = 1):
+def _run_scripted(values: dict, tmp_path: Path, incidents: int, code: int = 137):
     job = plan_stack(render_config({**TRAINJOB, **values}), tmp_path / "root", {})
     _scripted(job, tmp_path, incidents, code)
     out = io.StringIO()
@@ -118,7 +118,7 @@ def test_a_failed_node_restarts_every_pod_up_to_max_restarts_and_fails_at_the_ne
     assert runs == {"mnist-r1-node-0-0": restarts + 1, "mnist-r1-node-0-1": restarts + 1}  # both, each time
     failed, output, _ = _run_scripted({"jobBackoffLimit": restarts}, tmp_path / "b", incidents=restarts + 1)
     assert not failed.succeeded
-    assert failed.reason.startswith("pod mnist-r1-node-0-0 exited with 1 (JobSet maxRestarts reached)")
+    assert failed.reason.startswith("pod mnist-r1-node-0-0 exited with 137 (JobSet maxRestarts reached)")
     assert f"({restarts + 1}/{restarts} " not in output
 
 

@@ -111,9 +111,9 @@ def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None
     defined = {
         value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)
     }
-    assert [int(code) for code in meanings] == sorted(defined) == [*range(8), 200]
-    assert meanings["6"] == "master unreachable (python -m trainer.launch)"
-    assert meanings["7"] == "model export failed"
+    assert [int(code) for code in meanings] == sorted(defined) == [*range(5), 200, 205, 206, 207]
+    assert meanings["206"] == "master unreachable (python -m trainer.launch); retryable"
+    assert meanings["207"] == "model export failed; retryable (the export alone)"
     assert meanings["200"] == "peer lost: another rank died or hung; retryable"
 
 

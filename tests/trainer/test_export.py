@@ -109,7 +109,7 @@ def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_trainin
 
     closed = f"http://127.0.0.1:{procs.free_port()}"
     unreachable = procs.run("trainer", args, env=s3_server.env(AWS_ENDPOINT_URL=closed))
-    assert unreachable.returncode == 5, unreachable.stderr[-3000:]
+    assert unreachable.returncode == 205, unreachable.stderr[-3000:]
     [line] = unreachable.stderr.splitlines()
     assert line.startswith(
         f"trainer: s3: model export failed: cannot reach the S3 endpoint {closed} for {url}/"
@@ -135,10 +135,10 @@ def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_trainin
     )
     assert _objects(s3_server, "models", "team/models/run-b/") == objects
 
-    # Any other refusal by the server is exit 7, here a bucket name S3 does not allow.
+    # Any other refusal by the server is exit 207, here a bucket name S3 does not allow.
     bad = "s3://ab/models/run-b"
     refused = procs.run("trainer", [*args[:-1], f"--export-to={bad}"], env=s3_server.env())
-    assert refused.returncode == 7, refused.stderr[-3000:]
+    assert refused.returncode == 207, refused.stderr[-3000:]
     assert refused.stderr.splitlines() == [
         f"trainer: export: model export to {bad}/ failed: S3 error InvalidBucketName: The specified bucket "
         f"is not valid.; {ckpt} {HINT}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_unexpanded_reference_finds_the_first() -> None:
     assert unexpanded_reference(["--nnodes=2", "--data=$HOME", "$(", "--lr=0.1"]) is None
 
 
-def test_master_unreachable_exits_6_within_the_bound(procs: Any) -> None:
+def test_master_unreachable_exits_206_within_the_bound(procs: Any) -> None:
     port = procs.free_port()
     args = [
         "--master-wait-timeout=3",
@@ -55,7 +56,7 @@ def test_master_unreachable_exits_6_within_the_bound(procs: Any) -> None:
     started = time.monotonic()
     result = procs.run("trainer.launch", args)
     took = time.monotonic() - started
-    assert result.returncode == 6
+    assert result.returncode == 206
     assert 3 <= took < 20
     # The wait is announced once; the refused connects it retries stay quiet until the wait fails.
     *waiting, failure = result.stderr.splitlines()
@@ -90,7 +91,7 @@ def test_long_wait_prints_short_progress_lines_without_the_error(procs: Any) -> 
         f"still waiting for master 127.0.0.1:{port} (30/70 s)",
         f"still waiting for master 127.0.0.1:{port} (60/70 s)",
     ]
-    assert caught.value.exit_code == 6
+    assert caught.value.exit_code == 206
     assert "(last error: [Errno 111] Connection refused)" in str(caught.value)
 
 
@@ -109,7 +110,7 @@ def test_wait_retries_dns_failures_until_the_bound() -> None:
     lines: list[str] = []
     with pytest.raises(LaunchError) as caught:
         wait_for_master("no-such-host.invalid", 1, 1.0, lines.append)
-    assert caught.value.exit_code == 6
+    assert caught.value.exit_code == 206
     assert lines == ["waiting for master no-such-host.invalid:1 (up to 1 s)"]
     assert "within --master-wait-timeout=1 s (last error: [Errno " in str(caught.value)
 
@@ -130,3 +131,90 @@ def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     )
     assert message in result.stderr.splitlines()
     assert "launch: worker rank " in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("raised", "expected", "line"),
+    [
+        ("sigterm", 143, "launch: torchrun stopped by SIGTERM: exit code 143 (retryable)"),
+        ("rendezvous", 200, "launch: rendezvous failed: RendezvousTimeoutError: no peer joined"),
+        ("store", 200, "launch: rendezvous failed: DistStoreError: Timed out waiting for clients"),
+    ],
+)
+def test_what_torchrun_raises_keeps_the_retry_rule(
+    raised: str, expected: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A preemption's SIGTERM and a failed rendezvous are retryable (>= 128), not a traceback and 1."""
+    import signal
+
+    import torch.distributed.run
+    from torch.distributed import DistStoreError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    from trainer.launch import main
+
+    errors = {
+        "sigterm": SignalException("Process 7 got signal: 15", signal.SIGTERM),
+        "rendezvous": RendezvousTimeoutError("no peer joined"),
+        "store": DistStoreError("Timed out waiting for clients"),
+    }
+
+    def run(_: object) -> None:
+        raise errors[raised]
+
+    monkeypatch.setattr(torch.distributed.run, "run", run)
+    assert main(["--", "--nnodes=1", "--nproc-per-node=1", "-m", "trainer"]) == expected
+    assert capsys.readouterr().err.splitlines()[-1].startswith(line)
+
+
+def _finished_run(ckpt: Path, epochs: int, world_size: int, train_limit: int) -> None:
+    """A run's files as a finished run leaves them: the final checkpoint, metrics.json, model.pt."""
+    from trainer.checkpoint import save_checkpoint
+    from trainer.cli import parse_config
+    from trainer.scaling import plan_batches
+
+    config = parse_config([f"--checkpoint-dir={ckpt}", f"--epochs={epochs}", f"--train-limit={train_limit}"])
+    steps = plan_batches(config.batch_size, config.scaling, world_size, train_limit).steps_per_epoch
+    figures = {"train_loss": 0.5, "test_loss": 0.4, "test_accuracy": 0.9, "samples_per_s": 1.0}
+    history = [{"epoch": e, **figures, "train_seconds": 1.0, "elapsed_s": e} for e in range(1, epochs + 1)]
+    save_checkpoint(
+        ckpt, epochs, {"epoch": epochs, "epochs": epochs, "total_steps": steps * epochs, "history": history}
+    )
+    (ckpt / "metrics.json").write_text(json.dumps({"epochs": epochs, "history": history, "restarts": []}))
+    (ckpt / "model.pt").write_bytes(b"model")
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_node_of_a_finished_run_starts_no_torchrun(
+    epochs: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Node rank 1 of a finished run exits 0 at once (no wait for a master that is not coming back);
+    node rank 0 records the restart. A run of another schedule (here: one more epoch) is not finished."""
+    import torch.distributed.run
+
+    from trainer.launch import main
+
+    ckpt = tmp_path / "ckpt"
+    _finished_run(ckpt, 1, world_size=2, train_limit=512)
+    started: list[object] = []
+    monkeypatch.setattr(torch.distributed.run, "run", started.append)
+    trainer = ["-m", "trainer", f"--checkpoint-dir={ckpt}", f"--epochs={epochs}", "--train-limit=512"]
+    torchrun = ["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={free_port()}"]
+    for rank in (1, 0):
+        code = main(["--master-wait-timeout=1", "--", *torchrun, f"--node-rank={rank}", *trainer])
+        assert code == (0 if epochs == 1 else 206 if rank else 0)
+    err = capsys.readouterr().err
+    restarts = json.loads((ckpt / "metrics.json").read_text())["restarts"]
+    if epochs == 1:
+        assert started == []
+        assert "node rank 1 has nothing to do" in err and "nothing to train" in err
+        assert [(r["epochs_trained"], r["world_size"]) for r in restarts] == [(0, 2)]
+    else:
+        assert len(started) == 1 and restarts == []  # rank 0 ran torchrun; rank 1 waited for it
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

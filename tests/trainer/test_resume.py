@@ -116,13 +116,20 @@ def test_finished_run_started_again_keeps_its_figures_and_records_the_restart(
     assert (original["epochs"], original["resumed_from_epoch"], original["restarts"]) == (2, 0, [])
 
     started = datetime.now(UTC).replace(microsecond=0)
-    again = [procs.run("trainer", args), procs.run("trainer.launch", procs.launch_args(2, args))]
-    for result in again:
-        assert result.returncode == 0, result.stderr[-3000:]
-        assert "trainer: run already finished (2/2 epochs); nothing to train" in result.stdout
-        assert f"trainer: kept {metrics_path} and model.pt of the finished run; recorded this restart" in (
-            result.stdout
-        )
+    trainer = procs.run("trainer", args)
+    assert trainer.returncode == 0, trainer.stderr[-3000:]
+    assert "trainer: run already finished (2/2 epochs); nothing to train" in trainer.stdout
+    assert f"trainer: kept {metrics_path} and model.pt of the finished run; recorded this restart" in (
+        trainer.stdout
+    )
+    # Through the launcher (as in a pod), a finished run starts no torchrun: rank 0 records it alone.
+    launched = procs.run("trainer.launch", procs.launch_args(2, args))
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert launched.stdout == ""
+    assert (
+        f"launch: run already finished ({ckpt / 'ckpt-epoch-0002.pt'}, with metrics.json and model.pt "
+        f"in {ckpt}); nothing to train"
+    ) in launched.stderr.splitlines()
     metrics = json.loads(metrics_path.read_text())
     restarts = metrics.pop("restarts")
     # Every figure of the run that trained (accuracy, wall time, epochs, history) is as it was.
@@ -146,15 +153,29 @@ def test_finished_run_started_again_keeps_its_figures_and_records_the_restart(
     assert (exported["resumed_from_epoch"], exported["restarts"]) == (2, [])
 
 
-def test_changed_schedule_against_existing_checkpoint_is_a_usage_error(
+def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     procs: Any, mnist_root: Path, tmp_path: Path
 ) -> None:
+    """The same checkpoint dir with another schedule (an edit of epochs under the same run id) is a
+    fresh run that says so, not a crash loop; the old schedule's files are kept, never resumed."""
     ckpt = tmp_path / "ckpt"
     base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
     assert procs.run("trainer", [*base, "--epochs=1"]).returncode == 0
+    old = {name: (ckpt / name).read_bytes() for name in ("ckpt-epoch-0001.pt", "metrics.json", "model.pt")}
     again = procs.run("trainer", [*base, "--epochs=2"])
-    assert again.returncode == 2
-    assert again.stderr.splitlines() == [
-        f"trainer: usage: {checkpoint_path(ckpt, 1)} was written by a run with 2 total steps "
-        "(--epochs=1), this run has 4; use the same flags or a new --checkpoint-dir"
-    ]
+    assert again.returncode == 0, again.stderr
+    (archive,) = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert re.fullmatch(r"superseded-\d{8}T\d{6}Z-2steps", archive.name)
+    assert {name: (archive / name).read_bytes() for name in old} == old
+    assert (
+        f"trainer: schedule changed: {checkpoint_path(ckpt, 1)} was written by a run with 2 total steps "
+        f"(--epochs=1), this run has 4; moved that schedule's checkpoints, metrics.json and model.pt to "
+        f"{archive}; starting at epoch 1"
+    ) in again.stdout.splitlines()
+    assert [p.name for p in list_checkpoints(ckpt)] == ["ckpt-epoch-0002.pt", "ckpt-epoch-0001.pt"]
+    metrics = json.loads((ckpt / "metrics.json").read_text())
+    assert (metrics["epochs"], metrics["resumed_from_epoch"], len(metrics["history"])) == (2, 0, 2)
+    # Started again with the new schedule, the run is finished: nothing moves, nothing trains.
+    third = procs.run("trainer", [*base, "--epochs=2"])
+    assert third.returncode == 0 and "run already finished (2/2 epochs)" in third.stdout
+    assert [p for p in ckpt.iterdir() if p.is_dir()] == [archive]

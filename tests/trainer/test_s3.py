@@ -72,7 +72,7 @@ def test_closed_port_exit_5(procs: Any, seeded: Any, tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{procs.free_port()}"
     env = seeded.env(AWS_ENDPOINT_URL=endpoint)
     result = procs.run("trainer", [f"--data={BUCKET_URL}", f"--cache-dir={tmp_path}"], env=env)
-    assert result.returncode == 5
+    assert result.returncode == 205
     [line] = result.stderr.splitlines()
     assert line.startswith(f"trainer: s3: cannot reach the S3 endpoint {endpoint} for ")
     assert line.endswith("check AWS_ENDPOINT_URL and that the server is up")

@@ -209,7 +209,7 @@ def test_when_every_mirror_fails_and_one_served_wrong_content_it_exits_3_and_wri
 def test_when_no_mirror_can_be_reached_it_exits_5(procs: Any, mirrors: Mirrors, tmp_path: Path) -> None:
     closed, missing = f"https://127.0.0.1:{procs.free_port()}/mnist/", mirrors.url("missing")
     result = seed(procs, mirrors, tmp_path, closed, missing)
-    assert result.returncode == 5, result.stderr
+    assert result.returncode == 205, result.stderr
     name = "train-images-idx3-ubyte.gz"
     assert result.stderr.splitlines() == [
         f"trainer.seed: mirror {closed} failed for {name}: [Errno 111] Connection refused; "
@@ -229,7 +229,7 @@ def test_https_only_redirects_and_verified_certificates(procs: Any, mirrors: Mir
     ]
     tohttp = mirrors.url("tohttp")
     redirected = seed(procs, mirrors, tmp_path, tohttp)
-    assert redirected.returncode == 5
+    assert redirected.returncode == 205
     assert redirected.stderr.splitlines()[0] == (
         f"trainer.seed: mirror {tohttp} failed for train-images-idx3-ubyte.gz: HTTP 301 redirect to "
         f"http://127.0.0.1:{mirrors.port}/good/train-images-idx3-ubyte.gz refused (https only); "
@@ -237,7 +237,7 @@ def test_https_only_redirects_and_verified_certificates(procs: Any, mirrors: Mir
     )
     # The test server's certificate is trusted only through SSL_CERT_FILE.
     untrusted = procs.run("trainer.seed", [f"--to={tmp_path}", f"--mirror={mirrors.url('good')}"])
-    assert untrusted.returncode == 5
+    assert untrusted.returncode == 205
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr.splitlines()[0]
     assert not (tmp_path / "MNIST").exists()
 
@@ -285,7 +285,7 @@ def test_seed_from_an_unreachable_endpoint_exits_5(procs: Any, bucket: Any, tmp_
     result = procs.run(
         "trainer.seed", [f"--from={SOURCE}", f"--to={tmp_path}"], env=bucket.env(AWS_ENDPOINT_URL=endpoint)
     )
-    assert result.returncode == 5
+    assert result.returncode == 205
     [line] = result.stderr.splitlines()
     assert line.startswith(
         f"trainer.seed: s3: cannot reach the S3 endpoint {endpoint} for {SOURCE}/SHA256SUMS ("

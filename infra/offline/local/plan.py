@@ -67,7 +67,7 @@ class RestartRule:
         if code in self.fail_job_codes:
             return True
         if self.kind == "pytorchjob":
-            # Kubeflow's ExitCode policy: 1-127 are permanent errors, 128+ (signals) retryable.
+            # The ExitCode policy (operator v1.9.4 `pkg/util/train/train_util.go`): 1-127 permanent.
             return self.policy == "Never" or (self.policy == "ExitCode" and code < 128)
         return False
 
@@ -190,12 +190,7 @@ def _trainjob_rule(job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]])
                 return str(rule["action"])
         return "RestartJobSet"
 
-    codes = tuple(
-        code
-        for rule in job_spec.get("podFailurePolicy", {}).get("rules", [])
-        if rule["action"] == "FailJob"
-        for code in rule.get("onExitCodes", {}).get("values", [])
-    )
+    codes = fail_job_codes(job_spec.get("podFailurePolicy"))
     unbounded = 2**31 - 1  # RestartJobSetAndIgnoreMaxRestarts
     restarts = {
         "RestartJobSet": int((failure or {}).get("maxRestarts", 0)),
@@ -208,6 +203,24 @@ def _trainjob_rule(job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]])
         codes if action("PodFailurePolicy") == "FailJobSet" else (),
         job_backoff_limit=int(job_spec.get("backoffLimit", 6)),
     )
+
+
+def fail_job_codes(policy: Mapping[str, Any] | None) -> tuple[int, ...]:
+    """The exit codes (1-255) a podFailurePolicy fails the Job on, as the Job controller matches
+    them (Kubernetes `pkg/controller/job/pod_failure_policy.go`): rules in order, the first whose
+    `onExitCodes` (`In` or `NotIn`, exit code 0 never matching) takes the code decides. Pod
+    condition rules (disruptions) never apply to a local pod's exit."""
+    rules = [r for r in (policy or {}).get("rules", []) if "onExitCodes" in r]
+
+    def action(code: int) -> str | None:
+        for rule in rules:
+            requirement = rule["onExitCodes"]
+            listed = code in requirement.get("values", [])
+            if listed == (requirement.get("operator", "In") == "In"):
+                return str(rule["action"])
+        return None
+
+    return tuple(code for code in range(1, 256) if action(code) == "FailJob")
 
 
 def _restart_rule(
@@ -226,12 +239,7 @@ def _restart_rule(
         return rule, run_policy.get("activeDeadlineSeconds")
     spec = job["spec"]
     kind = "indexed-job" if spec.get("completionMode") == "Indexed" else "job"
-    codes = tuple(
-        code
-        for rule in spec.get("podFailurePolicy", {}).get("rules", [])
-        if rule["action"] == "FailJob"
-        for code in rule.get("onExitCodes", {}).get("values", [])
-    )
+    codes = fail_job_codes(spec.get("podFailurePolicy"))
     limit = spec.get("backoffLimitPerIndex", 0) if kind == "indexed-job" else spec.get("backoffLimit", 6)
     return RestartRule(kind, "Never", int(limit), codes), spec.get("activeDeadlineSeconds")
 
