@@ -328,3 +328,35 @@ def test_the_automation_project_never_writes_into_the_repository(tmp_path):
     assert settings["main"] == "infra/" and (work / "infra").resolve() == ROOT / "infra"
     assert backend.env["PULUMI_BACKEND_URL"] == (tmp_path / "state").as_uri()
     assert len(backend.env["PULUMI_CONFIG_PASSPHRASE"]) >= 24
+
+
+# --- the workflow that runs the tier ------------------------------------------------------------------
+
+
+def test_the_kind_workflow_runs_make_e2e_on_a_pinned_cluster_and_keeps_the_evidence():
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "e2e-kind.yml").read_text())
+    triggers = workflow.pop(True)  # YAML 1.1 reads the key `on` as true
+    assert set(triggers) == {"push", "schedule", "workflow_dispatch"} and triggers["push"]["branches"] == [
+        "main"
+    ]
+    steps = workflow["jobs"]["e2e"]["steps"]
+    kind = next(s for s in steps if s.get("uses", "").startswith("helm/kind-action@"))
+    node = kind["with"]["node_image"]
+    assert node.startswith(f"kindest/node:v{VERSION.rsplit('.', 1)[0]}.") and "@sha256:" in node
+    assert kind["with"]["registry"] is True
+    pins = dict(r.split("==") for r in project_file_extras()["infra"])
+    cli = next(s for s in steps if s.get("name") == "Pulumi CLI")
+    assert cli["with"] == {"pulumi-version": pins["pulumi"]}
+    run = next(s for s in steps if s.get("name") == "make e2e")
+    assert "make e2e" in run["run"] and run["shell"] == "bash"
+    assert run["env"]["E2E_IMAGE_REGISTRY"] == "${{ steps.kind.outputs.LOCAL_REGISTRY }}"
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["if"] == "failure()" and upload["with"]["path"] == "build/e2e"
+    diagnostics = next(s for s in steps if s.get("name") == "Cluster events and pod logs")
+    assert "kubectl get events -A" in diagnostics["run"] and "logs" in diagnostics["run"]
+
+
+def project_file_extras() -> dict[str, list[str]]:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
