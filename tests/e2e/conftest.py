@@ -16,7 +16,7 @@ import pytest
 from pulumi import automation as auto
 
 from tests.e2e import image as trainer_image
-from tests.e2e import live
+from tests.e2e import live, project
 from tests.e2e.fixtures.cluster import Fixtures, program
 from tests.e2e.preflight import missing_prerequisite
 from tests.e2e.project import Backend, inline_stack, program_stack
@@ -36,7 +36,7 @@ def destroy(stack: auto.Stack, *namespaces: str) -> None:
     """Destroy the stack and delete what its destroy keeps (the retained claim's namespace)."""
     if KEEP:
         return
-    stack.destroy(on_output=print)
+    project.destroy(stack)
     stack.workspace.remove_stack(stack.name)
     for namespace in namespaces:
         live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", timeout=600)
@@ -62,8 +62,7 @@ def s3_keys() -> tuple[str, str]:
 def cluster_fixtures(backend: Backend, image: str, s3_keys: tuple[str, str]) -> Iterator[dict]:
     fixtures = Fixtures(image, *s3_keys)
     stack = inline_stack(backend, "ddp-mnist-e2e-fixtures", "fixtures", functools.partial(program, fixtures))
-    result = stack.up(on_output=print)
-    yield {k: v.value for k, v in result.outputs.items()}
+    yield project.up(stack)
     destroy(stack)
 
 
@@ -71,8 +70,7 @@ def cluster_fixtures(backend: Backend, image: str, s3_keys: tuple[str, str]) -> 
 def platform(backend: Backend, image: str, cluster_fixtures: dict) -> Iterator[dict]:
     """The platform stack: the training operator v1.9.4 with its restricted init container."""
     stack = program_stack(backend, "e2e-platform", platform_config(image))
-    result = stack.up(on_output=print)
-    outputs = {k: v.value for k, v in result.outputs.items()}
+    outputs = project.up(stack)
     # A platform smoke check, when the program has one, reports through a stack output.
     if "smokeCheck" in outputs:
         assert outputs["smokeCheck"] == "passed", outputs["smokeCheck"]

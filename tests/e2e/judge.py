@@ -130,9 +130,12 @@ def sha256sums_problems(files: Mapping[str, bytes], sums: str) -> list[str]:
     return problems
 
 
-def lines_naming(text: str, pattern: str) -> list[str]:
-    """The lines of `pulumi up`'s output that match `pattern` (a regular expression)."""
-    return [line.strip() for line in text.splitlines() if re.search(pattern, line)]
+def messages(text: str, pattern: str) -> list[str]:
+    """The distinct messages in `pulumi up`'s output that start with `pattern` (a regular expression),
+    each to the end of its line: the engine prints an error both under its resource and among the
+    diagnostics, with different prefixes."""
+    found = (m.group(0).strip() for line in text.splitlines() if (m := re.search(f"(?:{pattern}).*", line)))
+    return list(dict.fromkeys(found))
 
 
 def restarts_recorded(metrics_json: str) -> int:

@@ -93,3 +93,13 @@ def inline_stack(backend: Backend, project: str, name: str, program: Callable[[]
     return auto.create_or_select_stack(
         stack_name=name, project_name=project, program=program, opts=_opts(backend)
     )
+
+
+def up(stack: auto.Stack, on_output: Callable[[str], object] = print) -> dict:
+    """`pulumi up`, its output streamed (secret values hidden, as in CI logs); the stack's outputs."""
+    result = stack.up(on_output=on_output, show_secrets=False)
+    return {key: value.value for key, value in result.outputs.items()}
+
+
+def destroy(stack: auto.Stack) -> None:
+    stack.destroy(on_output=print, show_secrets=False)

@@ -1,10 +1,11 @@
 """The stacks the cluster tier deploys, as config mappings (the same keys as `stacks/Pulumi.*.yaml`).
 
 Built from the `dev` stack's file, so the job stack is its twin: the same storage (NFS CSI against the
-in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with three differences a fresh
-throwaway cluster needs: its own namespace, role `job` (the operator comes from the platform stack), and
-S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret. tests/e2e_static
-renders each of them offline and validates every object.
+in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with four differences a fresh
+throwaway cluster needs: its own namespace, role `job` (the operator comes from the platform stack),
+S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret, and the NFS share
+`/` (the fixtures' server exports its directory as the NFSv4 root; see tests/e2e/fixtures/cluster.py).
+tests/e2e_static renders each of them offline and validates every object.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ SEED_NAMESPACE = "ddp-mnist-e2e-seed"
 QUEUE = "e2e"
 CLUSTER_QUEUE = "e2e-cluster-queue"
 WAIT_S = 1800
+NFS_SHARE = "/"
 
 
 def _key(name: str) -> str:
@@ -43,6 +45,7 @@ def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -
         {
             _key("stackRole"): "job",
             _key("namespace"): JOB_NAMESPACE,
+            _key("nfsShare"): NFS_SHARE,
             _key("operatorInstall"): "false",
             _key("operatorInitContainerRestricted"): "true",
             _key("minioAccessKey"): access_key,

@@ -9,7 +9,7 @@ import pytest
 
 from tests.e2e import judge, live
 from tests.e2e.conftest import destroy
-from tests.e2e.project import Backend, program_stack, set_config
+from tests.e2e.project import Backend, program_stack, set_config, up
 from tests.e2e.stacks import INDEXED_NAMESPACE, QUEUE, WAIT_S, indexed_config
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,7 @@ def indexed(backend: Backend, image: str, s3_keys: tuple[str, str], platform: di
 
 def test_4_an_unawaited_indexed_job_is_replaced_without_already_exists(indexed: dict) -> None:
     stack = indexed["stack"]
-    stack.up(on_output=print)
+    up(stack)
     first = live.get("job", JOB, INDEXED_NAMESPACE)
     assert first["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
 
@@ -35,8 +35,8 @@ def test_4_an_unawaited_indexed_job_is_replaced_without_already_exists(indexed: 
     indexed["config"] = {**indexed["config"], "ddp-mnist:jobEpochs": "1"}
     set_config(stack, indexed["config"])
     output: list[str] = []
-    stack.up(on_output=output.append)
-    assert judge.lines_naming("\n".join(output), "AlreadyExists") == []
+    up(stack, on_output=output.append)
+    assert judge.messages("\n".join(output), "AlreadyExists") == []
     second = live.get("job", JOB, INDEXED_NAMESPACE)
     assert second["metadata"]["uid"] != first["metadata"]["uid"]
 

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from tests.e2e import judge, live, minio
+from tests.e2e import judge, live, minio, project
 from tests.e2e.conftest import destroy
 from tests.e2e.fixtures.cluster import BUCKET, PREFIX
 from tests.e2e.model import modelled, modelled_pod
-from tests.e2e.project import Backend, program_stack, set_config
+from tests.e2e.project import Backend, program_stack, set_config, up
 from tests.e2e.stacks import JOB_NAMESPACE, job_config
 
 pytestmark = pytest.mark.e2e
@@ -48,8 +48,7 @@ def _metrics(state: dict) -> dict:
 
 
 def test_1_a_fresh_job_stack_seeds_trains_and_exports(job: dict) -> None:
-    result = job["stack"].up(on_output=print)
-    outputs = {k: v.value for k, v in result.outputs.items()}
+    outputs = up(job["stack"])
     assert outputs["seedOutcome"] == "Complete"
     assert outputs["jobOutcome"] == "Succeeded"
     assert judge.job_condition(live.get("job", "ddp-mnist-seed", JOB_NAMESPACE)) == "Complete"
@@ -91,7 +90,7 @@ def test_2_an_edited_job_is_replaced_and_resumes(job: dict) -> None:
     job["stack"].preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
     assert ("replace", "kubernetes:kubeflow.org/v1:PyTorchJob") in steps
 
-    job["stack"].up(on_output=print)
+    up(job["stack"])
     assert live.get("pytorchjob", JOB, JOB_NAMESPACE)["metadata"]["uid"] != job["pytorchjob_uid"]
     history = _metrics(job)["history"]
     # Resumed, not trained afresh: the epochs already done are the very records written before.
@@ -102,7 +101,7 @@ def test_2_an_edited_job_is_replaced_and_resumes(job: dict) -> None:
 
 def test_3_destroy_keeps_the_claim_and_reattaching_resumes_the_same_run(job: dict) -> None:
     stack: auto.Stack = job["stack"]
-    stack.destroy(on_output=print)
+    project.destroy(stack)
     assert live.exists("namespace", JOB_NAMESPACE)
     assert live.get("pvc", "ddp-mnist-checkpoints", JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
     assert not live.exists("pytorchjob", JOB, JOB_NAMESPACE)
@@ -110,7 +109,7 @@ def test_3_destroy_keeps_the_claim_and_reattaching_resumes_the_same_run(job: dic
 
     job["config"] = {**job["config"], "ddp-mnist:reattachRetained": "true"}
     set_config(stack, job["config"])
-    stack.up(on_output=print)
+    up(stack)
     assert live.get("pvc", "ddp-mnist-checkpoints", JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
     metrics = _metrics(job)
     assert metrics["history"] == job["history"]  # the finished run was found, not trained again

@@ -18,7 +18,7 @@ import pytest
 from infra.offline.stackconfig import project_file
 from tests.e2e import judge, live
 from tests.e2e.conftest import destroy
-from tests.e2e.project import Backend, program_stack
+from tests.e2e.project import Backend, program_stack, up
 from tests.e2e.stacks import job_config
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +50,7 @@ def served(backend: Backend, image: str, s3_keys: tuple[str, str], platform: dic
         image, *s3_keys, namespace=NAMESPACE, storageClassName="ddp-mnist-nfs-serve", serveKind=kind
     )
     stack = program_stack(backend, "e2e-serve", config)
-    outputs = {k: v.value for k, v in stack.up(on_output=print).outputs.items()}
+    outputs = up(stack)
     yield {"outputs": outputs, "image": image}
     destroy(stack, NAMESPACE)
 

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -290,13 +291,24 @@ def test_conditions_restarts_and_error_lines_are_read_as_written():
     assert judge.job_condition(job) == "Failed"
     assert judge.job_condition({"status": {}}) is None
     assert judge.restarts_recorded(json.dumps({"restarts": [{"at": 1}, {"at": 2}]})) == 2
+    message = (
+        "Job ddp-mnist-seed failed (PodFailurePolicy): Container seed for pod "
+        "ddp-mnist-e2e-seed/ddp-mnist-seed-abcde failed with exit code 3; its pods' logs: kubectl ..."
+    )
     out = (
         "Updating (e2e-seed):\n"
-        "  kubernetes:batch/v1:Job (ddp-mnist-seed):\n"
-        "    error: Job ddp-mnist-seed failed (PodFailurePolicy): Container seed for pod "
-        "ddp-mnist-e2e-seed/ddp-mnist-seed-abcde failed with exit code 3; its pods' logs: kubectl ...\n"
+        f" +  pulumi:pulumi:Stack ddp-mnist-e2e-seed creating (12s) error: {message}\n"
+        "Diagnostics:\n  pulumi:pulumi:Stack (ddp-mnist-e2e-seed):\n"
+        f"    error: {message}\n"
     )
-    assert len(judge.lines_naming(out, r"Job ddp-mnist-seed failed")) == 1
+    assert judge.messages(out, r"Job ddp-mnist-seed failed") == [message]
+    assert judge.messages(
+        out + "    error: Job ddp-mnist-seed failed (x)\n", "Job ddp-mnist-seed failed"
+    ) == [
+        message,
+        "Job ddp-mnist-seed failed (x)",
+    ]
+    assert judge.messages(out, "AlreadyExists") == []
 
 
 def test_v2_predictions_from_class_indices_or_scores():
@@ -360,3 +372,41 @@ def project_file_extras() -> dict[str, list[str]]:
     import tomllib
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def test_the_job_stacks_point_at_the_fixtures():
+    config = STACKS["e2e-job"]
+    assert config["ddp-mnist:nfsServer"] == f"nfs-server.{cluster.NFS_NAMESPACE}.svc.cluster.local"
+    assert config["ddp-mnist:nfsShare"] == "/"  # the server's NFSv4 root (fsid=0)
+    assert config["ddp-mnist:minioEndpoint"] == f"minio.{cluster.MINIO_NAMESPACE}.svc.cluster.local:9000"
+    assert (config["ddp-mnist:minioBucket"], config["ddp-mnist:minioPrefix"]) == (
+        cluster.BUCKET,
+        cluster.PREFIX,
+    )
+    assert STACKS["e2e-indexed"]["ddp-mnist:jobClusterQueue"] == cluster.CLUSTER_QUEUE
+    kueue = rendered("e2e-indexed", STACKS["e2e-indexed"]).objects
+    (queue,) = [o for o in kueue if o["kind"] == "LocalQueue"]
+    assert queue["apiVersion"] == cluster.KUEUE_API
+    assert {c["ddp-mnist:namespace"] for c in STACKS.values() if "ddp-mnist:namespace" in c} == {
+        "ddp-mnist-e2e",
+        "ddp-mnist-e2e-indexed",
+        "ddp-mnist-e2e-seed",
+    }
+
+
+def test_secret_values_are_never_shown_in_the_tiers_output():
+    calls: list[dict] = []
+
+    class Stack:
+        def up(self, **kwargs):
+            calls.append(kwargs)
+            return SimpleNamespace(outputs={"seedOutcome": SimpleNamespace(value="Complete")})
+
+        def destroy(self, **kwargs):
+            calls.append(kwargs)
+
+    assert project.up(Stack()) == {"seedOutcome": "Complete"}  # type: ignore[arg-type]
+    project.destroy(Stack())  # type: ignore[arg-type]
+    assert [c["show_secrets"] for c in calls] == [False, False]
+    sources = "".join(p.read_text() for p in (ROOT / "tests" / "e2e").rglob("*.py") if p.name != "project.py")
+    assert re.findall(r"\w+\.(?:up|destroy)\(", sources.replace("project.", "")) == []
