@@ -31,8 +31,9 @@ def test_4_an_unawaited_indexed_job_is_replaced_without_already_exists(indexed: 
     first = live.get("job", JOB, INDEXED_NAMESPACE)
     assert first["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
 
-    # Edited while the first Job still runs (jobWait: false returned at once): a replacement.
-    indexed["config"] = {**indexed["config"], "ddp-mnist:jobEpochs": "1"}
+    # Edited while the first Job still runs (jobWait: false returned at once): a replacement. The edit
+    # is of the pods (a CPU limit), not the schedule, so the new Job resumes the run's checkpoints.
+    indexed["config"] = {**indexed["config"], "ddp-mnist:jobCpuLimit": "2"}
     set_config(stack, indexed["config"])
     output: list[str] = []
     up(stack, on_output=output.append)

@@ -2,7 +2,8 @@
 
 1. up from empty volumes: the seed Job completes, the PyTorchJob succeeds, metrics.json on the
    checkpoint PVC shows >= 98%, the model and its SHA256SUMS are in MinIO and verify;
-2. an edit of the job: preview shows a replace, up replaces, the run resumes from its checkpoints;
+2. an edit of the job (its pods' CPU limit): preview shows a replace, up replaces, the run resumes from
+   its checkpoints;
 3. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` adopts them and the
    same run id resumes;
 6. no pod was refused (no FailedCreate/FailedCreatePod event), the live Worker pod matches the offline
@@ -30,6 +31,7 @@ JOB = "mnist-r1"
 METRICS = f"/checkpoints/{JOB}/metrics.json"
 CLAIMS = {"ddp-mnist-checkpoints": "/checkpoints"}
 MIN_ACCURACY = 0.98
+EDITED_CPU_LIMIT = "2"
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +85,10 @@ def test_6_no_pod_refused_live_pods_match_the_model_and_ranks_met(job: dict) -> 
 
 
 def test_2_an_edited_job_is_replaced_and_resumes(job: dict) -> None:
-    epochs = len(job["history"]) + 1
-    job["config"] = {**job["config"], "ddp-mnist:jobEpochs": str(epochs)}
+    # An edit of the pods (a CPU limit), not of the schedule: the trainer refuses to resume a run's
+    # checkpoints under other epochs or batch size, so the same run id with other flags is no resume.
+    restarts_before = judge.restarts_recorded(json.dumps(_metrics(job)))
+    job["config"] = {**job["config"], "ddp-mnist:jobCpuLimit": EDITED_CPU_LIMIT}
     set_config(job["stack"], job["config"])
     steps: list[tuple[str, str]] = []
     job["stack"].preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
@@ -92,11 +96,13 @@ def test_2_an_edited_job_is_replaced_and_resumes(job: dict) -> None:
 
     up(job["stack"])
     assert live.get("pytorchjob", JOB, JOB_NAMESPACE)["metadata"]["uid"] != job["pytorchjob_uid"]
-    history = _metrics(job)["history"]
-    # Resumed, not trained afresh: the epochs already done are the very records written before.
-    assert len(history) == epochs
-    assert history[: epochs - 1] == job["history"]
-    job["history"] = history
+    pod = live.get("pod", f"{JOB}-master-0", JOB_NAMESPACE)
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == EDITED_CPU_LIMIT
+    metrics = _metrics(job)
+    # Resumed from the run's final checkpoint, not trained afresh: the same epoch records, and the
+    # start recorded as a restart.
+    assert metrics["history"] == job["history"]
+    assert judge.restarts_recorded(json.dumps(metrics)) == restarts_before + 1
 
 
 def test_3_destroy_keeps_the_claim_and_reattaching_resumes_the_same_run(job: dict) -> None:

@@ -44,9 +44,10 @@ KEYS = ("e2eAKIA", "s3cr3t")
 STACKS = {
     "e2e-platform": platform_config(IMAGE),
     "e2e-job": job_config(IMAGE, *KEYS),
-    "e2e-job-edited": job_config(IMAGE, *KEYS, jobEpochs="4"),
-    "e2e-job-reattached": job_config(IMAGE, *KEYS, jobEpochs="4", reattachRetained="true"),
+    "e2e-job-edited": job_config(IMAGE, *KEYS, jobCpuLimit="2"),
+    "e2e-job-reattached": job_config(IMAGE, *KEYS, jobCpuLimit="2", reattachRetained="true"),
     "e2e-indexed": indexed_config(IMAGE, *KEYS),
+    "e2e-indexed-edited": indexed_config(IMAGE, *KEYS, jobCpuLimit="2"),
     "e2e-seed-wrong-bucket": seed_config(IMAGE, *KEYS, bucket="mnist-missing"),
     "e2e-seed": seed_config(IMAGE, *KEYS, bucket="mnist"),
 }
@@ -410,3 +411,27 @@ def test_secret_values_are_never_shown_in_the_tiers_output():
     assert [c["show_secrets"] for c in calls] == [False, False]
     sources = "".join(p.read_text() for p in (ROOT / "tests" / "e2e").rglob("*.py") if p.name != "project.py")
     assert re.findall(r"\w+\.(?:up|destroy)\(", sources.replace("project.", "")) == []
+
+
+def test_a_previews_replace_is_read_from_the_engines_events():
+    from pulumi.automation.events import EngineEvent
+
+    urn = "urn:pulumi:e2e-job::ddp-mnist::kubernetes:kubeflow.org/v1:PyTorchJob::trainer"
+    event = EngineEvent.from_json(
+        {
+            "sequence": 12,
+            "timestamp": 1764000000,
+            "resourcePreEvent": {
+                "metadata": {
+                    "op": "replace",
+                    "urn": urn,
+                    "type": "kubernetes:kubeflow.org/v1:PyTorchJob",
+                    "provider": "",
+                    "keys": ["spec"],
+                    "diffs": ["spec"],
+                }
+            },
+        }
+    )
+    assert judge.planned_steps(event) == [("replace", "kubernetes:kubeflow.org/v1:PyTorchJob")]
+    assert judge.planned_steps(EngineEvent.from_json({"sequence": 1, "timestamp": 0})) == []
