@@ -53,6 +53,8 @@ def test_1_a_fresh_job_stack_seeds_trains_and_exports(job: dict) -> None:
     outputs = up(job["stack"])
     assert outputs["seedOutcome"] == "Complete"
     assert outputs["jobOutcome"] == "Succeeded"
+    assert outputs["checkpointDir"] == f"/checkpoints/{JOB}"
+    assert outputs["modelExport"] == f"s3://{BUCKET}/{PREFIX}/models/{JOB}"
     assert judge.job_condition(live.get("job", "ddp-mnist-seed", JOB_NAMESPACE)) == "Complete"
     assert judge.job_condition(live.get("pytorchjob", JOB, JOB_NAMESPACE)) == "Succeeded"
 

@@ -41,3 +41,4 @@ def test_5_a_failed_seed_fails_up_with_one_line_and_a_fixed_config_succeeds(seed
     assert up(stack)["seedOutcome"] == "Complete"  # no --replace
     assert judge.job_condition(live.get("job", SEED, SEED_NAMESPACE)) == "Complete"
     assert live.exists("pytorchjob", "mnist-r1", SEED_NAMESPACE)
+    assert judge.refused_pod_creations(live.events(SEED_NAMESPACE)) == []

@@ -388,6 +388,13 @@ def test_the_job_stacks_point_at_the_fixtures():
     kueue = rendered("e2e-indexed", STACKS["e2e-indexed"]).objects
     (queue,) = [o for o in kueue if o["kind"] == "LocalQueue"]
     assert queue["apiVersion"] == cluster.KUEUE_API
+    (job,) = [o for o in kueue if o["kind"] == "Job" and o["metadata"]["name"] == "mnist-r1"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "e2e"  # what scenario 4 reads live
+    outputs = rendered("e2e-job", STACKS["e2e-job"]).outputs  # what scenario 1 reads
+    assert (outputs["checkpointDir"], outputs["modelExport"]) == (
+        "/checkpoints/mnist-r1",
+        f"s3://{cluster.BUCKET}/{cluster.PREFIX}/models/mnist-r1",
+    )
     assert {c["ddp-mnist:namespace"] for c in STACKS.values() if "ddp-mnist:namespace" in c} == {
         "ddp-mnist-e2e",
         "ddp-mnist-e2e-indexed",
