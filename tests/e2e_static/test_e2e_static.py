@@ -206,6 +206,8 @@ def test_the_fixtures_program_registers_the_pinned_sources_and_the_objects_check
     assert expected <= names
     fill = next(r for r in mocks.registrations if r.name == "job-minio-mnist")
     assert set(fill.options.dependencies) >= {"deployment-minio", "service-minio", "secret-minio-root"}
+    queue = next(r for r in mocks.registrations if r.name == f"clusterqueue-{cluster.CLUSTER_QUEUE}")
+    assert set(queue.options.dependencies) >= {"kueue", f"resourceflavor-{cluster.RESOURCE_FLAVOR}"}
 
 
 def test_the_reader_pod_is_valid_and_admitted_under_restricted():
