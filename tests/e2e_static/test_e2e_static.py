@@ -444,3 +444,21 @@ def test_a_previews_replace_is_read_from_the_engines_events():
     )
     assert judge.planned_steps(event) == [("replace", "kubernetes:kubeflow.org/v1:PyTorchJob")]
     assert judge.planned_steps(EngineEvent.from_json({"sequence": 1, "timestamp": 0})) == []
+
+
+@pytest.mark.parametrize("name", sorted(STACKS))
+def test_every_config_value_the_tier_sets_passes_the_clis_project_type_check(name):
+    """`pulumi config set-all` stores strings; the CLI accepts them for a project key of type boolean
+    only as "true"/"false" and of type integer only when they parse as one (pulumi/pulumi
+    sdk/go/common/workspace/project.go `ValidateConfigValue`)."""
+    types = {
+        f"ddp-mnist:{key}": spec.get("type") for key, spec in project.project_settings()["config"].items()
+    }
+    bad = [
+        f"{key}={value!r} ({types.get(key)})"
+        for key, value in STACKS[name].items()
+        if types.get(key) not in ("string", "integer", "boolean")
+        or (types[key] == "boolean" and value not in ("true", "false"))
+        or (types[key] == "integer" and not re.fullmatch(r"[+-]?\d+", value))
+    ]
+    assert bad == []
