@@ -63,6 +63,9 @@ def test_the_default_run_never_collects_the_cluster_tier():
     assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("")) is True
     assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("not slow")) is True
     assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("e2e")) is None
+    assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("e2e or slow")) is None
+    assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("not e2e")) is True
+    assert root_conftest.pytest_ignore_collect(root_conftest.E2E_DIR, config("slow and not e2e")) is True
     assert root_conftest.pytest_ignore_collect(ROOT / "tests" / "infra", config("")) is None
 
 
