@@ -362,6 +362,7 @@ def test_the_kind_workflow_runs_make_e2e_on_a_pinned_cluster_and_keeps_the_evide
     node = kind["with"]["node_image"]
     assert node.startswith(f"kindest/node:v{VERSION.rsplit('.', 1)[0]}.") and "@sha256:" in node
     assert kind["with"]["registry"] is True
+    assert kind["with"]["kubectl_version"] == "v" + node.split(":v", 1)[1].split("@", 1)[0]
     pins = dict(r.split("==") for r in project_file_extras()["infra"])
     cli = next(s for s in steps if s.get("name") == "Pulumi CLI")
     assert cli["with"] == {"pulumi-version": pins["pulumi"]}
