@@ -5,7 +5,7 @@ VENV := .venv
 INFRA_VENV := .venv-infra
 STACK ?= dev
 
-.PHONY: run render test lint golden schema infra-env lock clean
+.PHONY: run render test e2e lint golden schema infra-env lock clean
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -35,6 +35,12 @@ lint: $(VENV)/.installed
 # The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
 test: lint
 	$(VENV)/bin/python -m pytest
+
+# The cluster tier (tests/e2e): needs the Pulumi CLI, docker, and kind or E2E_IMAGE_REGISTRY, against
+# the current kubeconfig context; stops at once with one line (exit 4) without them. Never part of `test`.
+e2e: $(VENV)/.installed $(INFRA_VENV)/.installed
+	mkdir -p build/e2e
+	$(VENV)/bin/python -m pytest -m e2e tests/e2e -s -v -p no:cacheprovider --junitxml=build/e2e/junit.xml
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q

@@ -30,6 +30,8 @@ ACTIONS = {
     "azure/login@f5d393ae46f8fde4be8b75f32e3fc50e654ad0ca": ("v3.0.1", "node24"),
     "azure/use-kubelogin@0ce7c36141aa27d4934872cf00b0120804c98a29": ("v1.3", "node24"),
     "pulumi/actions@8e5e406f4007fca908480587cb9893c07090f58d": ("v7.0.0", "node24"),
+    "helm/kind-action@ef37e7f390d99f746eb8b610417061a60e82a6cc": ("v1.14.0", "node24"),
+    "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f": ("v7.0.0", "node24"),
 }
 INSTALL = "`make test` installs it into .venv (pyproject.toml's test extra)"
 
@@ -93,7 +95,7 @@ def _index(step: dict) -> int:
 
 
 def test_the_workflows_exist():
-    assert [p.name for p in FILES] == ["deploy.yml", "pull-request.yml", "pulumi-stack.yml"]
+    assert [p.name for p in FILES] == ["deploy.yml", "e2e-kind.yml", "pull-request.yml", "pulumi-stack.yml"]
 
 
 def test_workflows_pass_jactionlint_and_shellcheck():
