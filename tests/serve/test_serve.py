@@ -414,3 +414,26 @@ def test_a_malformed_request_line_gets_a_json_error(server: ServeProcess) -> Non
     status, reply = server.raw(b"NONSENSE\r\n\r\n")
     assert status == 400 and list(reply) == ["error"]
     good(server)
+
+
+def test_the_server_imports_nothing_the_image_lacks() -> None:
+    """trainer/serve.py imports the standard library, torch and the trainer package only (boto3
+    comes through trainer.s3 for s3:// models): the image installs nothing more for serving."""
+    import ast
+    import sys
+
+    from tests.serve.conftest import REPO_ROOT
+
+    tree = ast.parse((REPO_ROOT / "trainer" / "serve.py").read_text())
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert imported - set(sys.stdlib_module_names) == {"trainer", "torch"}
