@@ -84,11 +84,30 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from trainer.data import MNIST_MEAN, MNIST_STD, SUMS_FILE, parse_sums
-from trainer.errors import EXIT_INTERNAL, EXIT_USAGE, DataError, TrainerError, write_line
+from trainer.errors import (
+    EXIT_DATA,
+    EXIT_INTERNAL,
+    EXIT_S3_CREDENTIALS,
+    EXIT_S3_UNREACHABLE,
+    EXIT_USAGE,
+    DataError,
+    TrainerError,
+    write_line,
+)
 from trainer.metrics import MODEL_FILE
 
 PROG = "trainer.serve"
 EXIT_LISTEN = 8
+# Every exit code of the process and its short meaning (the README's table is kept in step by a test).
+EXIT_CODE_MEANINGS = {
+    0: "stopped by SIGTERM or SIGINT",
+    EXIT_INTERNAL: "internal error",
+    EXIT_USAGE: "bad flags",
+    EXIT_DATA: "model missing or corrupt",
+    EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
+    EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
+    EXIT_LISTEN: "cannot listen",
+}
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BODY_BYTES = 16 << 20
@@ -165,7 +184,7 @@ def non_negative(text: str) -> int:
     return value
 
 
-def parse_config(argv: list[str] | None = None) -> ServeConfig:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="python -m trainer.serve",
         description="Serve the trained MNIST model over the Open Inference Protocol (KServe V2 REST).",
@@ -192,6 +211,11 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
     parser.add_argument(
         "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
     )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> ServeConfig:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for flag, value in (("--model-name", args.model_name), ("--model-version", args.model_version)):
         if not value or "/" in value or value != value.strip():
