@@ -475,6 +475,17 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # a body left unread would be taken for the next request
         self.reply(status, body)
 
+    def handle_expect_100(self) -> bool:
+        """``Expect: 100-continue`` (curl sends it for bodies over 1 KiB): an oversized body is refused
+        with 413 at once, so the client never sends it; any other request is told to go on."""
+        limit = self.server.model.config.max_body_bytes
+        length = self.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > limit:
+            self.close_connection = True
+            self.reply(413, {"error": f"request body of {length} bytes is over the limit of {limit} bytes"})
+            return False
+        return super().handle_expect_100()
+
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (bad request line, headers too long) in the protocol's shape."""
         self.close_connection = True

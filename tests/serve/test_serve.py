@@ -217,6 +217,8 @@ def test_an_oversized_body_is_refused_before_it_is_read(server: ServeProcess) ->
         413,
         {"error": f"request body of {1 << 30} bytes is over the limit of 16777216 bytes"},
     )
+    expect = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {1 << 30}\r\n\r\n"
+    assert server.raw(expect.encode())[0] == 413  # not "100 Continue": the body is never asked for
     status, reply = server.raw(f"POST {INFER} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
     assert (status, reply) == (411, {"error": "a Content-Length header is required (no chunked bodies)"})
     good(server)
