@@ -83,7 +83,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trainer.data import MNIST_MEAN, MNIST_STD, SUMS_FILE, parse_sums
 from trainer.errors import (
     EXIT_DATA,
     EXIT_INTERNAL,
@@ -94,9 +93,12 @@ from trainer.errors import (
     TrainerError,
     write_line,
 )
-from trainer.metrics import MODEL_FILE
 
 PROG = "trainer.serve"
+# trainer.metrics.MODEL_FILE and trainer.data.SUMS_FILE (a test keeps them equal), named here so that
+# flags are checked and the port opens before torch is imported.
+MODEL_FILE = "model.pt"
+SUMS_FILE = "SHA256SUMS"
 EXIT_LISTEN = 8
 # Every exit code of the process and its short meaning (the README's table is kept in step by a test).
 EXIT_CODE_MEANINGS = {
@@ -271,6 +273,8 @@ def read_from_s3(uri: str) -> tuple[bytes, str, str]:
 
 def verify(model_bytes: bytes, sums_text: str, where: str) -> str:
     """model.pt's sha256, after checking it against SHA256SUMS; a DataError otherwise."""
+    from trainer.data import parse_sums
+
     sums_where = f"{where.rstrip('/')}/{SUMS_FILE}"
     expected = parse_sums(sums_text, sums_where).get(MODEL_FILE)
     if expected is None:
@@ -378,6 +382,8 @@ def requested_outputs(outputs: Any) -> list[str]:
 def input_tensor(inputs: Any, max_batch: int) -> Any:
     """The one input as the model's float32 ``[N, 1, 28, 28]`` channels-last batch."""
     import torch
+
+    from trainer.data import MNIST_MEAN, MNIST_STD
 
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise HttpError(400, f"'inputs' must be a list of exactly one input, {INPUT_NAME!r}")

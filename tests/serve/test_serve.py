@@ -466,3 +466,9 @@ def test_the_readme_exit_codes_and_flags_are_the_server_s() -> None:
     assert "--max-body-bytes" in flags and "--help" in flags
     flags.discard("--help")
     assert flags <= set(re.findall(r"`(--[a-z-]+)`", section))
+
+
+def test_the_file_names_are_the_trainer_s() -> None:
+    from trainer import data, metrics, serve
+
+    assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, data.SUMS_FILE)
