@@ -30,9 +30,9 @@ request's ``outputs`` selects and orders them, and its ``id`` is returned (one i
 Every error is ``{"error": "<one line>"}``: 400 malformed JSON, wrong input name, shape or datatype,
 a batch over ``--max-batch``, an unknown output; 404 unknown path, model or version; 405 wrong
 method; 411 no Content-Length; 413 a Content-Length over ``--max-body-bytes`` (refused before the
-body is read; the connection is then closed); 503 the model is not ready yet; 500 a bug (logged on
-the server, never sent). The binary tensor extension (``Inference-Header-Content-Length``) is not
-supported (400).
+body is read, and before ``100 Continue`` when the client asks; the connection is then closed); 503
+the model is not ready yet; 500 a bug (logged on the server, never sent). The binary tensor
+extension (``Inference-Header-Content-Length``) is not supported (400).
 
 Start-up: the port opens first (live, not ready) and the model loads in the background, so a
 readiness probe keeps the pod out of rotation until the checksum is verified. When the model is
@@ -56,12 +56,14 @@ code  meaning
 
 Why a small server on the standard library (``http.server.ThreadingHTTPServer``) and not KServe's
 Python model server (``kserve`` on PyPI), the reference implementation: under constraints.txt pip
-resolves ``kserve`` to 0.16.0, and its closure is about 55 packages the trainer image does not have
-(fastapi, starlette, uvicorn with uvloop and httptools, pandas, grpcio-tools, the kubernetes client,
-aiohttp, orjson, prometheus-client, cloudevents, ...); pandas alone is larger than the trainer's own
-dependencies. It would fit beside torch 2.13.0 and pulumi's grpcio/protobuf pins (``pip install
---dry-run -c constraints.txt kserve`` resolves without changing them), but the protocol's REST part
-that this model needs is six routes over JSON, so the image keeps torch + boto3 only.
+resolves ``kserve`` to 0.16.0, and its closure is 59 packages (``pip install --dry-run --report``),
+most of which the trainer image does not have (fastapi, starlette, uvicorn with uvloop and
+httptools, pandas, grpcio-tools, the kubernetes client, aiohttp, orjson, prometheus-client,
+cloudevents, ...). It would fit beside
+torch 2.13.0 and pulumi's grpcio/protobuf pins (``pip install --dry-run -c constraints.txt kserve``
+resolves without changing them), but the protocol's REST part that this model needs is six routes
+over JSON, so the image keeps torch + boto3 only. KServe's own ``InferenceRESTClient`` (0.16.0,
+protocol v2) works against this server unmodified.
 """
 
 from __future__ import annotations
