@@ -4,7 +4,7 @@ Usage (the serving pods run exactly this, in the trainer image)::
 
     python -m trainer.serve --model-uri URI [--model-name mnist] [--model-version RUN_ID]
                             [--host 0.0.0.0] [--port 8080] [--max-batch 256]
-                            [--max-body-bytes 16777216] [--threads 0]
+                            [--max-body-bytes 16777216] [--request-timeout 120] [--threads 0]
 
 ``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
 model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
@@ -29,10 +29,11 @@ The outputs are ``probabilities`` (``FP32 [N, 10]``, softmax) and ``labels`` (``
 request's ``outputs`` selects and orders them, and its ``id`` is returned (one is made when absent).
 Every error is ``{"error": "<one line>"}``: 400 malformed JSON, wrong input name, shape or datatype,
 a batch over ``--max-batch``, an unknown output; 404 unknown path, model or version; 405 wrong
-method; 411 no Content-Length; 413 a Content-Length over ``--max-body-bytes`` (refused before the
-body is read, and before ``100 Continue`` when the client asks; the connection is then closed); 503
-the model is not ready yet; 500 a bug (logged on the server, never sent). The binary tensor
-extension (``Inference-Header-Content-Length``) is not supported (400).
+method; 408 a body not sent within ``--request-timeout``; 411 no Content-Length; 413 a
+Content-Length over ``--max-body-bytes`` (refused before the body is read, and before ``100
+Continue`` when the client asks; the connection is then closed); 503 the model is not ready yet; 500
+a bug (logged on the server, never sent). The binary tensor extension
+(``Inference-Header-Content-Length``) is not supported (400).
 
 Start-up: the port opens first (live, not ready) and the model loads in the background, so a
 readiness probe keeps the pod out of rotation until the checksum is verified. When the model is
@@ -115,6 +116,7 @@ EXIT_CODE_MEANINGS = {
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BODY_BYTES = 16 << 20
+DEFAULT_REQUEST_TIMEOUT_S = 120
 INPUT_NAME = "images"
 OUTPUTS = ("probabilities", "labels")
 CLASSES = 10
@@ -153,6 +155,7 @@ class ServeConfig:
     max_batch: int
     max_body_bytes: int
     threads: int
+    request_timeout: int = DEFAULT_REQUEST_TIMEOUT_S
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -213,6 +216,12 @@ def build_parser() -> OneLineParser:
         help="largest request body; a bigger Content-Length gets 413 unread",
     )
     parser.add_argument(
+        "--request-timeout",
+        type=positive,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a connection may stay idle or take to send its body (then 408 and closed)",
+    )
+    parser.add_argument(
         "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
     )
     return parser
@@ -235,6 +244,7 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
         max_batch=args.max_batch,
         max_body_bytes=args.max_body_bytes,
         threads=args.threads,
+        request_timeout=args.request_timeout,
     )
 
 
@@ -451,9 +461,16 @@ class Handler(BaseHTTPRequestHandler):
     server_version = SERVER_NAME
     sys_version = ""
     disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms delayed-ACK stalls
+    timeout = DEFAULT_REQUEST_TIMEOUT_S  # replaced by --request-timeout in setup()
     allow = ""  # the Allow header of a 405 reply
     body_read = False
     server: Server
+
+    def setup(self) -> None:
+        """The connection's socket timeout: how long it may stay idle or take to send a body."""
+        # An instance attribute on purpose: StreamRequestHandler.setup reads self.timeout.
+        self.timeout = self.server.model.config.request_timeout  # type: ignore[misc]
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         """No access log: one line per request would drown the start line and the errors."""
@@ -567,7 +584,11 @@ class Handler(BaseHTTPRequestHandler):
         if length > limit:
             self.close_connection = True  # the body is never read: this connection cannot go on
             raise HttpError(413, f"request body of {length} bytes is over the limit of {limit} bytes")
-        body = self.rfile.read(length)
+        try:
+            body = self.rfile.read(length)
+        except TimeoutError:
+            self.close_connection = True
+            raise HttpError(408, f"request body not received within {self.timeout} s") from None
         self.body_read = True
         if len(body) != length:
             self.close_connection = True
@@ -595,6 +616,7 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's default of 5 refuses bursts)
     model: Model
 
     def handle_error(self, request: Any, client_address: Any) -> None:

@@ -472,3 +472,42 @@ def test_the_file_names_are_the_trainer_s() -> None:
     from trainer import data, metrics, serve
 
     assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, data.SUMS_FILE)
+
+
+def test_concurrent_clients_each_get_their_own_answers(server: ServeProcess) -> None:
+    images, _ = test_images()
+    expected: dict[int, list[int]] = {}
+    got: dict[int, list[int]] = {}
+
+    def client(index: int) -> None:
+        own = ServeProcess(server.process, server.port)
+        batch = images[index * 7 : index * 7 + 7]
+        status, reply = own.call("POST", INFER, uint8_request(batch, id=f"c{index}"))
+        assert status == 200 and reply["id"] == f"c{index}"
+        got[index] = reply["outputs"][1]["data"]
+        if own.connection is not None:
+            own.connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in range(8):
+        status, reply = server.call("POST", INFER, uint8_request(images[index * 7 : index * 7 + 7]))
+        expected[index] = reply["outputs"][1]["data"]
+    assert got == expected
+
+
+def test_a_body_that_never_comes_gets_408_and_the_server_goes_on(trained: Path) -> None:
+    slow = start_server(str(trained), "--request-timeout=1")
+    try:
+        wait_ready(slow)
+        status, reply = slow.raw(
+            f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{{".encode()
+        )
+        assert (status, reply) == (408, {"error": "request body not received within 1 s"})
+        good(slow)
+    finally:
+        code, _, err = slow.stop()
+    assert code == 0 and err == "", err
