@@ -511,3 +511,20 @@ def test_a_body_that_never_comes_gets_408_and_the_server_goes_on(trained: Path) 
     finally:
         code, _, err = slow.stop()
     assert code == 0 and err == "", err
+
+
+def test_an_s3_prefix_without_an_export_exits_3_and_an_unreachable_endpoint_5(
+    s3_server: Any, trained: Path
+) -> None:
+    upload(s3_server, trained, "models-c", "team/models/other/")
+    uri = "s3://models-c/team/models/never-exported/"
+    code, err = never_ready(start_server(uri, env=s3_server.env()))
+    assert (code, err) == (
+        3,
+        f"trainer.serve: data: {uri}SHA256SUMS not found; export the run with --export-to {uri}\n",
+    )
+    closed = f"http://127.0.0.1:{free_port()}"
+    code, err = never_ready(start_server(uri, env=s3_server.env(AWS_ENDPOINT_URL=closed)))
+    assert code == 5
+    assert err.startswith(f"trainer.serve: s3: cannot reach the S3 endpoint {closed} for {uri}SHA256SUMS")
+    assert len(err.splitlines()) == 1
