@@ -2,7 +2,10 @@
 #   command: ["python", "-m", "trainer.launch"]   args: [--master-wait-timeout=..., --, <torchrun args>]
 # with runAsUser/runAsGroup/fsGroup 1000, a read-only root filesystem, and writable emptyDirs at
 # /tmp, /cache and /dev/shm. Nothing here holds data or secrets: MNIST comes from a volume or S3,
-# S3 keys from a Kubernetes Secret at run time.
+# S3 keys from a Kubernetes Secret at run time. The serving pods run the same image as
+#   command: ["python", "-m", "trainer.serve"]   args: [--model-uri=..., --port=8080, ...]
+# (the Open Inference Protocol over the standard library's HTTP server: torch and, for s3://
+# models, boto3 are all it needs, so nothing more is installed for it; it writes no files).
 
 # The official PyTorch CUDA runtime image: torch 2.13.0 (the version the trainer is tested with;
 # pyproject pins torch==2.13.0) with CUDA 12.6 and cuDNN 9, so the image never pip-installs a

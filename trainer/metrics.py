@@ -1,7 +1,8 @@
-"""Per-epoch records, the final metrics.json and the exported model."""
+"""Per-epoch records, the final metrics.json and the exported model (with a SHA256SUMS of it)."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import resource
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.data import SUMS_FILE, format_sums
 from trainer.fsio import atomic_write_bytes, atomic_write_json
 
 METRICS_FILE = "metrics.json"
@@ -67,10 +69,18 @@ def summary(history: list[EpochRecord], extra: dict[str, Any]) -> dict[str, Any]
 def export_results(
     output_dir: Path, module: nn.Module, history: list[EpochRecord], extra: dict[str, Any]
 ) -> None:
-    """Write ``model.pt`` (the unwrapped module's state_dict) and ``metrics.json``, atomically."""
+    """Write ``model.pt`` (the unwrapped module's state_dict), SHA256SUMS and metrics.json, atomically.
+
+    SHA256SUMS (``sha256sum`` format) lists model.pt only, so ``sha256sum -c`` and
+    ``python -m trainer.serve --model-uri <output dir>`` can verify the model; metrics.json is left
+    out because a restart of the finished run appends to it.
+    """
     buffer = io.BytesIO()
     torch.save({name: t.contiguous() for name, t in module.state_dict().items()}, buffer)
-    atomic_write_bytes(output_dir / MODEL_FILE, buffer.getvalue())
+    model_bytes = buffer.getvalue()
+    atomic_write_bytes(output_dir / MODEL_FILE, model_bytes)
+    sums = format_sums({MODEL_FILE: hashlib.sha256(model_bytes).hexdigest()})
+    atomic_write_bytes(output_dir / SUMS_FILE, sums.encode())
     atomic_write_json(output_dir / METRICS_FILE, summary(history, extra))
 
 

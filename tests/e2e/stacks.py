@@ -40,7 +40,7 @@ def platform_config(image: str) -> dict[str, str]:
 def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -> dict[str, str]:
     """The dev stack's twin as a job stack (see the module docstring); `overrides` by key name."""
     config = dict(load_stack("dev").values)
-    config.pop(_key("minioExistingSecret"))
+    config.pop(_key("minioExistingSecret"), None)  # the stack creates its Secret from the keys below
     config.update(
         {
             _key("stackRole"): "job",

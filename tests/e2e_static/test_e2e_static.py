@@ -158,7 +158,7 @@ def test_every_stack_under_test_renders_valid_objects_and_admitted_pods(name):
     crd = CRDS / "kubeflow.org_pytorchjobs.yaml"
     assert validation_errors(rendering, "1.33", crd, CRDS) == []
     assert set(unchecked_kinds(rendering)) <= {"LocalQueue"}
-    local_queue = crd_validator(CRDS / "kueue.x-k8s.io_localqueues.yaml", "v1beta1", strict=True)
+    local_queue = crd_validator(CRDS / "kueue.x-k8s.io_localqueues.yaml", "v1beta2", strict=True)
     for obj in rendering.objects:
         if obj["kind"] == "LocalQueue":
             assert [e.message for e in local_queue.iter_errors(obj)] == []
@@ -393,7 +393,7 @@ def test_the_job_stacks_point_at_the_fixtures():
     assert STACKS["e2e-indexed"]["ddp-mnist:jobClusterQueue"] == cluster.CLUSTER_QUEUE
     kueue = rendered("e2e-indexed", STACKS["e2e-indexed"]).objects
     (queue,) = [o for o in kueue if o["kind"] == "LocalQueue"]
-    assert queue["apiVersion"] == cluster.KUEUE_API
+    assert queue["apiVersion"] == cluster.LOCAL_QUEUE_API
     (job,) = [o for o in kueue if o["kind"] == "Job" and o["metadata"]["name"] == "mnist-r1"]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "e2e"  # what scenario 4 reads live
     outputs = rendered("e2e-job", STACKS["e2e-job"]).outputs  # what scenario 1 reads

@@ -104,7 +104,7 @@ def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_trainin
     )
     assert "peer lost" not in rejected.stdout + rejected.stderr
     kept, figures = _files(ckpt), _figures(ckpt)
-    assert sorted(kept) == ["ckpt-epoch-0001.pt", "model.pt"]
+    assert sorted(kept) == ["SHA256SUMS", "ckpt-epoch-0001.pt", "model.pt"]
     assert figures["world_size"] == 2
 
     closed = f"http://127.0.0.1:{procs.free_port()}"
