@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -26,6 +27,14 @@ class S3Credentials:
 
     access_key_id: pulumi.Output[str]
     secret_access_key: pulumi.Output[str]
+
+
+_SECRET_LIKE = re.compile(r"secret|password|passwd|token|credential|access_?key|private", re.IGNORECASE)
+
+
+def looks_secret(key: str) -> bool:
+    """A config key whose name says it holds a credential (its value is then never echoed)."""
+    return bool(_SECRET_LIKE.search(key))
 
 
 def _aliases() -> dict[str, str]:
@@ -108,7 +117,9 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
         if alias not in aliases:
             close = difflib.get_close_matches(alias, [*aliases, *SECRET_KEYS], n=1)
             hint = f"did you mean {close[0]}?" if close else "see the config block of Pulumi.yaml"
-            raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})", secret=secret)
+            # A misspelt credential key set without --secret holds a credential all the same.
+            hidden = secret or bool(close and close[0] in SECRET_KEYS) or looks_secret(alias)
+            raise ConfigError(alias, raw[full_key], f"a key of this project ({hint})", secret=hidden)
         if secret:
             raise ConfigError(alias, raw[full_key], _NOT_SECRET.format(alias=alias), secret=True)
         values[alias] = _parse_raw(alias, aliases[alias], raw[full_key], secret)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from infra.offline.cluster import cluster_view, effective_yaml
 from infra.offline.manifest import REDACTED, RecordingMocks, render, to_yaml
 from infra.offline.render import summary
@@ -62,6 +64,18 @@ def test_values_set_as_secrets_are_never_echoed_in_errors():
             assert CANARY_KEY not in str(exc)
         else:
             raise AssertionError(f"{key} was accepted")
+
+
+@pytest.mark.parametrize("key", ["minioSecretkey", "minioAccesskey", "s3Password", "apiToken"])
+def test_a_misspelt_credential_key_set_in_plain_text_is_never_echoed(key):
+    """`pulumi config set minioSecretkey VALUE` (a typo, no --secret) still holds a credential."""
+    from infra.offline.manifest import run_program
+    from infra.program.checks import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        run_program(stack_config({**BASE, key: CANARY_KEY}))
+    assert str(caught.value).startswith(f"config ddp-mnist:{key}=[secret] is invalid: must be a key")
+    assert CANARY_KEY not in str(caught.value)
 
 
 def test_empty_key_pair_from_the_schema_defaults_means_unset():
