@@ -1,8 +1,7 @@
 """Scenario 7 (serving): the endpoint answers a V2 inference request with the trained model's predictions.
 
-Runs when the program has serving (its config has `serveKind`): the stack is the job stack with
-`serveKind` from `E2E_SERVE_KIND` (`kserve` needs KServe in Standard mode in the cluster; default
-`deployment`), and the endpoint is the stack output `serveUrl` (an in-cluster URL). The request is sent
+The stack is the job stack with `serveKind` from `E2E_SERVE_KIND` (`kserve` needs KServe in Standard
+mode in the cluster; default `deployment`), and the endpoint is the stack output `serveUrl` (an in-cluster URL). The request is sent
 from a reader pod in the job's namespace with 64 MNIST test images from the data volume, and at least
 90% of the predictions must match their labels.
 """
@@ -15,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from infra.offline.stackconfig import project_file
 from tests.e2e import judge, live
 from tests.e2e.conftest import destroy
 from tests.e2e.project import Backend, program_stack, up
@@ -26,28 +24,30 @@ pytestmark = pytest.mark.e2e
 NAMESPACE = "ddp-mnist-e2e-serve"
 CLAIMS = {"ddp-mnist-data": "/data"}
 SAMPLES = 64
-# Reads SAMPLES test images and labels from the data volume, posts one V2 request, prints
-# {"labels": [...], "response": {...}}.
+# Reads N test images and labels from the data volume (ROOT, default /data), posts one V2 inference
+# request to URL/infer (URL: the stack output `serveUrl`, the model's path) with the images as the
+# server's `images` input (UINT8 [N,28,28], raw pixels), prints {"labels": [...], "response": {...}}.
+# `tests/serve` runs this very script against a local server, so a mismatch with the server's
+# protocol fails there, not only on a cluster.
 REQUEST = r"""
 import gzip, json, sys, urllib.request
-raw = "/data/mnist/MNIST/raw/"
-n = int(sys.argv[2])
+url, n = sys.argv[1], int(sys.argv[2])
+raw = (sys.argv[3] if len(sys.argv) > 3 else "/data") + "/mnist/MNIST/raw/"
 images = gzip.open(raw + "t10k-images-idx3-ubyte.gz").read()[16 : 16 + 784 * n]
 labels = list(gzip.open(raw + "t10k-labels-idx1-ubyte.gz").read()[8 : 8 + n])
-body = {"inputs": [{"name": "input-0", "shape": [n, 1, 28, 28], "datatype": "FP32",
-         "data": [b / 255.0 for b in images]}]}
-request = urllib.request.Request(sys.argv[1], json.dumps(body).encode(), {"Content-Type": "application/json"})
+body = {"inputs": [{"name": "images", "shape": [n, 28, 28], "datatype": "UINT8", "data": list(images)}]}
+headers = {"Content-Type": "application/json"}
+request = urllib.request.Request(url + "/infer", json.dumps(body).encode(), headers)
 print(json.dumps({"labels": labels, "response": json.load(urllib.request.urlopen(request, timeout=60))}))
 """
 
 
 @pytest.fixture(scope="module")
 def served(backend: Backend, image: str, s3_keys: tuple[str, str], platform: dict) -> Iterator[dict]:
-    if "serveKind" not in project_file().get("config", {}):
-        pytest.skip("scenario 7: this program has no serving yet (no `serveKind` config key)")
     kind = os.environ.get("E2E_SERVE_KIND", "deployment")
+    extra = {"kservePresent": "true"} if kind == "kserve" else {}
     config = job_config(
-        image, *s3_keys, namespace=NAMESPACE, storageClassName="ddp-mnist-nfs-serve", serveKind=kind
+        image, *s3_keys, namespace=NAMESPACE, storageClassName="ddp-mnist-nfs-serve", serveKind=kind, **extra
     )
     stack = program_stack(backend, "e2e-serve", config)
     outputs = up(stack)

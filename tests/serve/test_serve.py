@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -528,3 +530,29 @@ def test_an_s3_prefix_without_an_export_exits_3_and_an_unreachable_endpoint_205(
     assert code == 205
     assert err.startswith(f"trainer.serve: s3: cannot reach the S3 endpoint {closed} for {uri}SHA256SUMS")
     assert len(err.splitlines()) == 1
+
+
+def test_the_e2e_tiers_request_script_gets_the_models_predictions(
+    server: Any, trained: Path, tmp_path: Path
+) -> None:
+    """The request the e2e tier sends from a pod (scenario 7) works against the real server: the same
+    script, run here on a data root laid out like the data volume, POSTs to `<serveUrl>/infer`."""
+    from tests.e2e.judge import v2_predictions
+    from tests.e2e.test_serving import REQUEST
+
+    raw = tmp_path / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (raw / name).symlink_to(SHARED_MNIST / name)
+    url = f"http://127.0.0.1:{server.port}/v2/models/mnist"  # the form of the `serveUrl` output
+    result = subprocess.run(
+        [sys.executable, "-c", REQUEST, url, "64", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    answer = json.loads(result.stdout)
+    predictions = v2_predictions(answer["response"])
+    assert len(predictions) == 64
+    assert sum(p == label for p, label in zip(predictions, answer["labels"], strict=True)) >= 0.5 * 64
