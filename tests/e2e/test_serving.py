@@ -1,9 +1,9 @@
 """Scenario 7 (serving): the endpoint answers a V2 inference request with the trained model's predictions.
 
-The stack is the job stack with `serveKind` from `E2E_SERVE_KIND` (`kserve` needs KServe in Standard
-mode in the cluster; default `deployment`), and the endpoint is the stack output `serveUrl` (an
-in-cluster URL). The request is sent from a reader pod in the job's namespace with 64 MNIST test images from the data volume, and at least
-90% of the predictions must match their labels.
+The stack is the job stack with `serveKind` from `E2E_SERVE_KIND` (default `deployment`; `kserve`
+needs KServe in Standard mode in the cluster), and the endpoint is the stack output `serveUrl` (an
+in-cluster URL). The request is sent from a reader pod in the job's namespace with 64 MNIST test
+images from the data volume, and at least 90% of the predictions must match their labels.
 """
 
 from __future__ import annotations
