@@ -53,7 +53,7 @@ def exit_process(code: int) -> NoReturn:
       failed pod, a restarted or failed job, and an export cut short by SIGTERM);
     - after a lost peer the process group is broken, and tearing it down can block on the lost peer
       (NCCL's communicator abort, gloo's pending work), which would turn exit 200 into a hang;
-    - after a usage, data, credentials or export error (2-7) the same objects may exist.
+    - after a usage, data, credentials or export error (2-4, 205, 207) the same objects may exist.
 
     ``os._exit`` skips all of it: no ``atexit`` handlers (the trainer registers none), no object
     finalizers, no C++ static destructors. The exit code is exactly the trainer's, whatever torch's

@@ -308,3 +308,30 @@ def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gi
     assert not list((volumes / "ddp-mnist-data").rglob("*.gz"))  # nothing seeded
     assert not (volumes / "ddp-mnist-checkpoints" / "mnist-r1").exists()  # the training job never ran
     assert returned == code
+
+
+JOB_DEPLOYER = re.compile(r"`ddp-mnist-job-deployer` \(a ClusterRole you create once per cluster\):(.*?)\n\n", re.S)
+
+
+def resource_name(obj: dict) -> str:
+    """An object's RBAC resource as the README names it: `plural` or `plural.group`."""
+    kind = obj["kind"].lower()
+    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + ("es" if kind.endswith("s") else "s")
+    group = obj["apiVersion"].rpartition("/")[0]
+    return f"{plural}.{group}" if group else plural
+
+
+def test_the_job_deployer_role_names_every_kind_a_job_stack_creates():
+    from infra.offline.manifest import render
+
+    role = JOB_DEPLOYER.search(README)
+    assert role, "README: no ddp-mnist-job-deployer paragraph"
+    named = set(re.findall(r"`([a-z0-9.-]+)`", role.group(1)))
+    created = set()
+    for name in stack_names():
+        config = load_stack(name)
+        if config.values.get("ddp-mnist:stackRole", "all") != "job":
+            continue
+        created |= {resource_name(o) for o in render(config).objects}
+    assert created, "no job stack rendered"
+    assert created - named == set()

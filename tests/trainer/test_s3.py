@@ -1,4 +1,4 @@
-"""S3 against a real SeaweedFS server: seed, train from a bucket, verify the cache, exits 3/4/5."""
+"""S3 against a real SeaweedFS server: seed, train from a bucket, verify the cache, exits 3/4/205."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_unknown_access_key_exit_4(procs: Any, seeded: Any, tmp_path: Path) -> N
     assert "(InvalidAccessKeyId)" in result.stderr
 
 
-def test_closed_port_exit_5(procs: Any, seeded: Any, tmp_path: Path) -> None:
+def test_closed_port_exit_205(procs: Any, seeded: Any, tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{procs.free_port()}"
     env = seeded.env(AWS_ENDPOINT_URL=endpoint)
     result = procs.run("trainer", [f"--data={BUCKET_URL}", f"--cache-dir={tmp_path}"], env=env)

@@ -206,7 +206,7 @@ def test_when_every_mirror_fails_and_one_served_wrong_content_it_exits_3_and_wri
     assert not (tmp_path / "MNIST").exists()
 
 
-def test_when_no_mirror_can_be_reached_it_exits_5(procs: Any, mirrors: Mirrors, tmp_path: Path) -> None:
+def test_when_no_mirror_can_be_reached_it_exits_205(procs: Any, mirrors: Mirrors, tmp_path: Path) -> None:
     closed, missing = f"https://127.0.0.1:{procs.free_port()}/mnist/", mirrors.url("missing")
     result = seed(procs, mirrors, tmp_path, closed, missing)
     assert result.returncode == 205, result.stderr
@@ -280,7 +280,7 @@ def test_seed_from_a_bucket_with_rejected_keys_exits_4(procs: Any, bucket: Any, 
     assert not (tmp_path / "MNIST").exists()
 
 
-def test_seed_from_an_unreachable_endpoint_exits_5(procs: Any, bucket: Any, tmp_path: Path) -> None:
+def test_seed_from_an_unreachable_endpoint_exits_205(procs: Any, bucket: Any, tmp_path: Path) -> None:
     endpoint = f"http://127.0.0.1:{procs.free_port()}"
     result = procs.run(
         "trainer.seed", [f"--from={SOURCE}", f"--to={tmp_path}"], env=bucket.env(AWS_ENDPOINT_URL=endpoint)
