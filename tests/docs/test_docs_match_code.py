@@ -310,7 +310,9 @@ def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gi
     assert returned == code
 
 
-JOB_DEPLOYER = re.compile(r"`ddp-mnist-job-deployer` \(a ClusterRole you create once per cluster\):(.*?)\n\n", re.S)
+JOB_DEPLOYER = re.compile(
+    r"`ddp-mnist-job-deployer` \(a ClusterRole you create once per cluster\):(.*?)\n\n", re.S
+)
 
 
 def resource_name(obj: dict) -> str:
