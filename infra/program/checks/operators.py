@@ -1,0 +1,84 @@
+"""Cross-field rules of the training operator v1, the stack's role and the post-install smoke check."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from infra.program.checks.errors import ConfigError
+from infra.program.settings import Settings
+
+
+def operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
+    source = s.operator_source
+    if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):
+        return  # upstream at operatorVersion, or a local checkout
+    ref = re.search(r"[?&]ref=([^&]+)", source)
+    if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
+        yield ConfigError(
+            "operatorSource",
+            source,
+            "a local path (/..., ./..., ../...), or a git URL pinned with "
+            "?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
+        )
+
+
+def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """An operator this stack does not install adds an init container this stack cannot see to every
+    PyTorchJob Worker pod; under 'restricted' the user must vouch for it, or no Worker pod is admitted."""
+    workers = s.stack_role != "platform" and s.job_kind == "pytorchjob" and s.job_nodes > 1
+    if (
+        workers
+        and not s.operator_install
+        and s.namespace_pod_security == "restricted"
+        and not s.operator_init_container_restricted
+    ):
+        yield ConfigError(
+            "operatorInitContainerRestricted",
+            False,
+            "true when operatorInstall is false and a multi-node PyTorchJob runs in a namespace enforcing "
+            "Pod Security 'restricted' (the operator adds an init container to every Worker pod, upstream's "
+            "without a securityContext, and the namespace refuses those pods): configure that operator's "
+            "init container template to be restricted-compliant (as operatorInstall true does) and set this "
+            "key, or set namespacePodSecurity to baseline",
+        )
+
+
+def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
+    if s.stack_role == "platform" and not (s.operator_install or s.trainer_install or s.kserve_install):
+        yield ConfigError(
+            "operatorInstall",
+            False,
+            "true when stackRole is platform (the platform stack installs the operator)",
+        )
+    if s.stack_role == "job" and s.operator_install:
+        yield ConfigError(
+            "operatorInstall",
+            True,
+            "false when stackRole is job: the cluster's platform stack installs the operator and owns its "
+            "CRDs (stackRole all installs both in one stack)",
+        )
+    if s.reattach_retained and not s.checkpoint_volume_retain:
+        yield ConfigError(
+            "reattachRetained", True, "false unless checkpointVolumeRetain is true (nothing was retained)"
+        )
+    for adopt, flag, installs, install_flag in (
+        (s.operator_adopt_crds, "operatorAdoptCrds", s.operator_install, "operatorInstall"),
+        (s.trainer_adopt_crds, "trainerAdoptCrds", s.trainer_install, "trainerInstall"),
+    ):
+        if adopt and not installs:
+            yield ConfigError(flag, True, f"false unless {install_flag} is true (nothing is installed)")
+
+
+def smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """The post-install smoke check's namespace belongs to the smoke check: its job runs, and is deleted,
+    there (infra/program/smoke.py)."""
+    from infra.program.smoke import SMOKE_NAMESPACE, smoke_enabled
+
+    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and any(smoke_enabled(s)):
+        yield ConfigError(
+            "namespace",
+            s.namespace,
+            f"another namespace than {SMOKE_NAMESPACE}, which the post-install smoke check creates and "
+            "owns (or set operatorSmokeCheck false)",
+        )

@@ -1,0 +1,58 @@
+"""Cross-field rules of the object store and its credentials."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from infra.program.checks.errors import ConfigError
+from infra.program.settings import Settings
+
+
+def object_store(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
+    if s.minio_endpoint and not re.fullmatch(r"[A-Za-z0-9.-]+(:\d{1,5})?", s.minio_endpoint):
+        yield ConfigError(
+            "minioEndpoint",
+            s.minio_endpoint,
+            "host[:port] without a scheme, such as minio.minio.svc:9000 (minioTls picks https)",
+        )
+    for uses, why in (
+        (s.job_data_source == "s3", "jobDataSource is s3"),
+        (s.seeds_data and s.seed_source == "s3", "seedSource is s3"),
+        (s.job_model_export, "jobModelExport is true"),
+    ):
+        if uses and not s.minio_endpoint:
+            yield ConfigError("minioEndpoint", s.minio_endpoint, f"set when {why}")
+        if uses and not (has_keys or s.minio_existing_secret):
+            yield ConfigError(
+                "minioAccessKey",
+                None,
+                f"set (with minioSecretKey, both --secret) or minioExistingSecret given when {why}",
+            )
+    if has_keys and s.minio_existing_secret:
+        yield ConfigError(
+            "minioExistingSecret",
+            s.minio_existing_secret,
+            "empty when minioAccessKey/minioSecretKey are set (choose one source)",
+        )
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", s.minio_bucket):
+        yield ConfigError(
+            "minioBucket", s.minio_bucket, "a bucket name: 3-63 lowercase letters, digits, '.', '-'"
+        )
+    if s.minio_prefix.startswith("/") or ".." in s.minio_prefix.split("/"):
+        yield ConfigError("minioPrefix", s.minio_prefix, "a relative key prefix without '..'")
+
+
+def existing_secret(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """An existing Secret must be in the namespace before the first `pulumi up`; a namespace the stack
+    creates cannot hold it then (creating it first makes the stack's Namespace create fail with
+    AlreadyExists: pulumi-kubernetes >= 4.29 never adopts an existing object)."""
+    if s.minio_existing_secret and s.create_namespace:
+        yield ConfigError(
+            "minioExistingSecret",
+            s.minio_existing_secret,
+            f"empty when createNamespace is true (the stack creates namespace {s.namespace}, so no "
+            "Secret can be in it before `pulumi up`): set minioAccessKey and minioSecretKey with "
+            "--secret and the stack creates the Secret, or set createNamespace false for a namespace "
+            "prepared beforehand",
+        )

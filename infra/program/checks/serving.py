@@ -1,0 +1,83 @@
+"""Cross-field rules of serving the trained model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from infra.program.checks.errors import ConfigError
+from infra.program.settings import Settings, parse_quantity
+
+
+def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """The server follows the training job: only where a job runs, only after it is known to have
+    succeeded, and from where the job put its model."""
+    if s.stack_role == "job" and s.kserve_install:
+        yield ConfigError(
+            "kserveInstall",
+            True,
+            "false when stackRole is job: the cluster's platform stack installs KServe and owns its CRDs "
+            "(set kservePresent true here; stackRole all installs both in one stack)",
+        )
+    if s.serve_kind == "none":
+        return
+    if s.stack_role == "platform":
+        yield ConfigError(
+            "serveKind", s.serve_kind, "none when stackRole is platform (it runs no job to serve)"
+        )
+    if s.serve_kind == "kserve" and not (s.kserve_present or s.kserve_install):
+        yield ConfigError(
+            "serveKind",
+            "kserve",
+            "deployment or none unless KServe is in the cluster: set kservePresent true (KServe installed "
+            "by the platform stack) or kserveInstall true (stackRole all)",
+        )
+    if not s.job_wait:
+        yield ConfigError(
+            "jobWait",
+            False,
+            f"true when serveKind is {s.serve_kind}: the server is created only after the training job "
+            "succeeded, which only a waited job tells",
+        )
+    if s.serve_model_source == "s3" and not s.job_model_export:
+        yield ConfigError(
+            "serveModelSource",
+            "s3",
+            "pvc unless jobModelExport is true (the server reads the run's export, which only "
+            "jobModelExport writes)",
+        )
+    if parse_quantity(s.serve_cpu_request) > parse_quantity(s.serve_cpu_limit):
+        yield ConfigError("serveCpuRequest", s.serve_cpu_request, f"<= serveCpuLimit ({s.serve_cpu_limit})")
+    if parse_quantity(s.serve_memory_request) > parse_quantity(s.serve_memory_limit):
+        yield ConfigError(
+            "serveMemoryRequest", s.serve_memory_request, f"<= serveMemoryLimit ({s.serve_memory_limit})"
+        )
+    # The server keeps running while the next run trains, with one extra pod during its rollout.
+    servers = s.serve_replicas + 1
+    for name, quota, job_request, job_key, serve_request, serve_key in (
+        (
+            "namespaceCpuQuota",
+            s.namespace_cpu_quota,
+            s.job_cpu_request,
+            "jobCpuRequest",
+            s.serve_cpu_request,
+            "serveCpuRequest",
+        ),
+        (
+            "namespaceMemoryQuota",
+            s.namespace_memory_quota,
+            s.job_memory_request,
+            "jobMemoryRequest",
+            s.serve_memory_request,
+            "serveMemoryRequest",
+        ),
+    ):
+        need = s.job_nodes * parse_quantity(job_request) + servers * parse_quantity(serve_request)
+        if quota and need > parse_quantity(quota):
+            yield ConfigError(
+                name,
+                quota,
+                f">= jobNodes x {job_key} + (serveReplicas + 1) x {serve_key} "
+                f"({s.job_nodes} x {job_request} + {servers} x {serve_request}): the server runs while the "
+                "next run trains, one pod more "
+                "during its rollout",
+            )

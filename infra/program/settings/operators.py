@@ -1,0 +1,154 @@
+"""Settings: the training operator v1, its post-install smoke check, and Kubeflow Trainer v2."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from infra.program.settings.base import (
+    OPERATOR_INIT_IMAGE,
+    SettingsGroup,
+    check_pinned_image,
+    key,
+    optional_pinned_image,
+    release_tag,
+)
+
+
+class OperatorSettings(SettingsGroup):
+    """The Kubeflow training operator v1: whether and what to install."""
+
+    operator_install: bool = key(
+        "operatorInstall", True, "Install the Kubeflow training operator; false assumes it is present."
+    )
+    operator_version: str = key(
+        "operatorVersion", "v1.9.4", "Pinned training-operator release tag (vMAJOR.MINOR.PATCH)."
+    )
+    operator_source: str = key(
+        "operatorSource",
+        "",
+        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream standalone overlay at operatorVersion.",
+    )
+
+    operator_image: str = key(
+        "operatorImage",
+        "",
+        "Image of the operator's controller (a mirror for air-gapped clusters), pinned; empty keeps the "
+        "overlay's own image.",
+    )
+    operator_init_container_image: str = key(
+        "operatorInitContainerImage",
+        OPERATOR_INIT_IMAGE,
+        "Image of the init container the installed operator adds to PyTorchJob Worker pods (it waits "
+        "for the master's DNS name; needs sh and getent, as alpine's musl-utils); pinned by digest. "
+        "Point it at a mirror on air-gapped clusters.",
+    )
+    operator_init_container_restricted: bool = key(
+        "operatorInitContainerRestricted",
+        False,
+        "With operatorInstall false: declare that the operator already present configures its PyTorchJob "
+        "init container to meet Pod Security 'restricted' (as this project's install does). Required for "
+        "a multi-node PyTorchJob in a namespace enforcing 'restricted'.",
+    )
+
+    @field_validator("operator_version")
+    @classmethod
+    def _operator_release_tag(cls, value: str) -> str:
+        return release_tag(value)
+
+    @field_validator("operator_image")
+    @classmethod
+    def _operator_pinned_image(cls, value: str) -> str:
+        return optional_pinned_image(value)
+
+    @field_validator("operator_init_container_image")
+    @classmethod
+    def _digest_pinned_image(cls, value: str) -> str:
+        check_pinned_image(value)
+        if "@sha256:" not in value:
+            raise ValueError("an image pinned by digest, such as registry/alpine:3.20@sha256:<64 hex>")
+        return value
+
+
+class SmokeCheckSettings(SettingsGroup):
+    """The post-install smoke check (platform and 'all' stacks)."""
+
+    operator_smoke_check: bool = key(
+        "operatorSmokeCheck",
+        True,
+        "After installing the training operator (and Kubeflow Trainer v2), `pulumi up` runs a tiny "
+        "PyTorchJob (a Master and one Worker; and a two-node TrainJob) in the namespace ddp-mnist-smoke, "
+        "which it creates enforcing Pod Security 'restricted', and fails with one line naming the cause "
+        "unless it succeeds (Worker refused by admission, image not pullable, ...). Needs no GPU; the "
+        "pods run operatorInitContainerImage. Ignored by job stacks.",
+    )
+
+
+class TrainerV2Settings(SettingsGroup):
+    """Kubeflow Trainer v2 (TrainJob) and the CRDs either operator may adopt."""
+
+    trainer_install: bool = key(
+        "trainerInstall",
+        False,
+        "Install Kubeflow Trainer v2 (TrainJob, TrainingRuntime) with the JobSet controller it brings, "
+        "from the pinned upstream overlay manifests/overlays/manager; needed by jobKind trainjob unless "
+        "trainerPresent declares it installed.",
+    )
+    trainer_present: bool = key(
+        "trainerPresent",
+        False,
+        "With trainerInstall false: declare that Kubeflow Trainer v2 and JobSet are already in the "
+        "cluster (e.g. installed by the cluster's platform stack), so jobKind trainjob may be used.",
+    )
+    trainer_version: str = key(
+        "trainerVersion", "v2.3.0", "Pinned Kubeflow Trainer release tag (vMAJOR.MINOR.PATCH)."
+    )
+    trainer_source: str = key(
+        "trainerSource",
+        "",
+        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path (absolute, or "
+        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
+        "empty uses the upstream manifests/overlays/manager at trainerVersion (which pulls JobSet's "
+        "release manifests from GitHub).",
+    )
+    trainer_image: str = key(
+        "trainerImage",
+        "",
+        "Image of the Trainer v2 controller manager (a mirror for air-gapped clusters), pinned; empty "
+        "keeps the overlay's own (ghcr.io/kubeflow/trainer/trainer-controller-manager at the tag).",
+    )
+    trainer_jobset_image: str = key(
+        "trainerJobSetImage",
+        "",
+        "Image of the JobSet controller the Trainer v2 overlay installs (a mirror for air-gapped "
+        "clusters), pinned; empty keeps the overlay's own (registry.k8s.io/jobset/jobset:v0.12.0).",
+    )
+    allow_both_operators: bool = key(
+        "allowBothOperators",
+        False,
+        "Allow one stack to install both the training operator v1 (operatorInstall) and Kubeflow "
+        "Trainer v2 (trainerInstall): two controllers, two webhooks, two sets of CRDs; off by default.",
+    )
+    operator_adopt_crds: bool = key(
+        "operatorAdoptCrds",
+        False,
+        "With operatorInstall: adopt the training operator's CRDs a destroy left in the cluster (Pulumi "
+        "import of each CRD of the overlay) instead of creating them; every CRD must be there.",
+    )
+    trainer_adopt_crds: bool = key(
+        "trainerAdoptCrds",
+        False,
+        "With trainerInstall: adopt Trainer v2's (and JobSet's) CRDs a destroy left in the cluster "
+        "(Pulumi import of each CRD of the overlay) instead of creating them; every CRD must be there.",
+    )
+
+    @field_validator("trainer_version")
+    @classmethod
+    def _trainer_release_tag(cls, value: str) -> str:
+        return release_tag(value)
+
+    @field_validator("trainer_image", "trainer_jobset_image")
+    @classmethod
+    def _trainer_pinned_image(cls, value: str) -> str:
+        return optional_pinned_image(value)

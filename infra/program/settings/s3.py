@@ -1,0 +1,44 @@
+"""Settings: the S3/MinIO object store (the key pair itself is secret config, `SECRET_KEYS`)."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from infra.program.settings.base import SettingsGroup, key, optional_dns_label
+
+
+class S3Settings(SettingsGroup):
+    """Endpoint, bucket and prefix of the object store, and an existing credentials Secret."""
+
+    minio_endpoint: str = key(
+        "minioEndpoint", "", "S3/MinIO endpoint as host[:port]; empty when no object store is used."
+    )
+    minio_tls: bool = key("minioTls", True, "Reach the endpoint over https (true) or http (false).")
+    minio_bucket: str = key("minioBucket", "mnist", "Bucket holding the MNIST files.")
+    minio_prefix: str = key(
+        "minioPrefix",
+        "mnist",
+        "Key prefix inside the bucket: the MNIST files, and models/<job>/ when jobModelExport is on.",
+    )
+    minio_region: str = key("minioRegion", "us-east-1", "Region name sent to the S3 API.")
+    minio_egress_port: int = key(
+        "minioEgressPort",
+        0,
+        "TCP port the NetworkPolicies (job and seed Job) let pods reach the S3/MinIO endpoint on: the "
+        "MinIO pods' port, since a NetworkPolicy port is a port on the peer pod (a Service mapping port "
+        "80 to MinIO's 9000 needs 9000 here); 0 uses minioEndpoint's port.",
+        ge=0,
+        le=65535,
+    )
+    minio_existing_secret: str = key(
+        "minioExistingSecret",
+        "",
+        "Name of an existing Secret with keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+        "namespace, instead of minioAccessKey/minioSecretKey; only with createNamespace false (the "
+        "Secret must exist before the first `pulumi up`, so its namespace must too).",
+    )
+
+    @field_validator("minio_existing_secret")
+    @classmethod
+    def _existing_secret_dns_label(cls, value: str) -> str:
+        return optional_dns_label(value)

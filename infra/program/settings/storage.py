@@ -1,0 +1,79 @@
+"""Settings: the ReadWriteMany storage (StorageClass presets) and the two PVCs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import field_validator
+
+from infra.program.settings.base import SettingsGroup, dns_subdomain, key, quantity
+
+
+class StorageSettings(SettingsGroup):
+    """The RWX backend, its StorageClass, and the data and checkpoint volumes."""
+
+    storage_provider: Literal["nfs-csi", "gke-filestore", "azure-files", "aws-efs", "existing"] = key(
+        "storageProvider",
+        "nfs-csi",
+        "ReadWriteMany backend: a StorageClass preset to create, or 'existing' for storageClassName as is.",
+    )
+    storage_class_name: str = key(
+        "storageClassName",
+        "ddp-mnist-rwx",
+        "Name of the StorageClass to create, or of the existing one to use.",
+    )
+    storage_reclaim_policy: Literal["Retain", "Delete"] = key(
+        "storageReclaimPolicy", "Retain", "reclaimPolicy of a created StorageClass."
+    )
+    nfs_server: str = key("nfsServer", "", "NFS server address (storageProvider nfs-csi).")
+    nfs_share: str = key("nfsShare", "/", "Exported NFS path (storageProvider nfs-csi).")
+    nfs_mount_options: list[str] = key(
+        "nfsMountOptions", ["nfsvers=4.1"], "NFS mount options (storageProvider nfs-csi)."
+    )
+    filestore_tier: Literal["standard", "premium", "zonal", "enterprise"] = key(
+        "filestoreTier", "standard", "GKE Filestore tier (storageProvider gke-filestore)."
+    )
+    filestore_network: str = key(
+        "filestoreNetwork",
+        "default",
+        "VPC network of the Filestore instances (storageProvider gke-filestore).",
+    )
+    azure_files_sku: Literal["Premium_LRS", "Premium_ZRS", "Standard_LRS", "Standard_ZRS", "Standard_GRS"] = (
+        key(
+            "azureFilesSkuName",
+            "Premium_LRS",
+            "Azure Files SKU (storageProvider azure-files); NFS needs Premium.",
+        )
+    )
+    azure_files_protocol: Literal["nfs", "smb"] = key(
+        "azureFilesProtocol", "nfs", "Azure Files protocol (storageProvider azure-files)."
+    )
+    efs_file_system_id: str = key(
+        "efsFileSystemId", "", "EFS file system id, fs-... (storageProvider aws-efs)."
+    )
+    data_volume_size: str = key("dataVolumeSize", "10Gi", "Size of the training-data PVC (a quantity).")
+    checkpoint_volume_size: str = key(
+        "checkpointVolumeSize", "20Gi", "Size of the checkpoint/model PVC (a quantity)."
+    )
+    checkpoint_volume_retain: bool = key(
+        "checkpointVolumeRetain",
+        True,
+        "Keep the checkpoint PVC, and the namespace it lives in when the stack creates it, in the "
+        "cluster when the stack is destroyed (retainOnDelete).",
+    )
+    reattach_retained: bool = key(
+        "reattachRetained",
+        False,
+        "Adopt the namespace and checkpoint PVC an earlier destroy of this stack left behind "
+        "(checkpointVolumeRetain) instead of creating them (Pulumi import).",
+    )
+
+    @field_validator("storage_class_name")
+    @classmethod
+    def _storage_class_dns_subdomain(cls, value: str) -> str:
+        return dns_subdomain(value)
+
+    @field_validator("data_volume_size", "checkpoint_volume_size")
+    @classmethod
+    def _volume_quantity(cls, value: str) -> str:
+        return quantity(value)
