@@ -11,7 +11,7 @@ answers 200 (the rendered readinessProbe's path); one that exits before that fai
 (a cluster would restart it until `serveWaitTimeoutSeconds`).
 
 `LocalDeployment.rollout` models the Deployment's RollingUpdate with maxUnavailable 0 and maxSurge 1
-(`infra.program.serving.rolling_update`; kubernetes 1.33 `pkg/controller/deployment/rolling.go`
+(`infra.program.serving.rolling_update`; kubernetes `pkg/controller/deployment/rolling.go`, read at `03e0602`:
 reconcileNewReplicaSet/reconcileOldReplicaSets): one new pod is started, and only once it is Ready
 does it join the Service and an old pod leave it and get SIGTERM; so the endpoint always has a Ready
 server.
