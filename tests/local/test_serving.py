@@ -203,3 +203,20 @@ def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_p
     assert "s3://mnist/mnist/models/mnist-r1" in output and "SeaweedFS at http://127.0.0.1:" in output
     assert "[mnist-serve-r1-0]" in output and "stopped (SIGTERM: exit 0)" in output
     assert output.index("[local] job mnist-r1 Succeeded") < output.index("server pod mnist-serve-r1-0 Ready")
+
+
+def test_a_rollout_whose_new_pod_never_gets_ready_leaves_the_old_one_serving(model_a, tmp_path):
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(model_a, corrupt)
+    (corrupt / "model.pt").write_bytes((corrupt / "model.pt").read_bytes()[:-1] + b"x")
+    with local_service(0) as service:
+        deployment = LocalDeployment(service, io.StringIO(), Path.cwd(), ready_timeout=120)
+        try:
+            deployment.start([_plan(model_a, "A")])
+            with pytest.raises(ServeFailed, match="mnist-serve-C-0 exited with 3 before it was Ready"):
+                deployment.rollout([_plan(corrupt, "C")])
+            with urllib.request.urlopen(service.url + "/v2/models/mnist", timeout=30) as meta:
+                assert json.loads(meta.read())["versions"] == ["A"]
+            assert [p.plan.version for p in deployment.pods] == ["A"]
+        finally:
+            deployment.stop()

@@ -27,6 +27,7 @@ import gzip
 import http.client
 import itertools
 import json
+import shutil
 import signal
 import struct
 import subprocess
@@ -83,6 +84,7 @@ def plan_servers(
     for pod in server_pods(pods):
         version = _flag(pod.spec["containers"][0].get("args", []), "--model-version")
         name = local_name(pod).replace("<hash>", version or "0") + f"-{pod.node_rank}"
+        shutil.rmtree(root / "pods" / name, ignore_errors=True)  # a new pod's emptyDirs are empty
         container, _ = _local_container(
             pod.spec["containers"][0], pod, root, name, secret_value, _pod_dns(name, None), 0, overrides
         )
@@ -198,9 +200,14 @@ class LocalService:
                     }
                     conn.request(self.command, self.path, body=body, headers=headers)
                     response = conn.getresponse()
-                    self._answer(response.status, response.read(), response.getheader("Content-Type"))
+                    status, payload = response.status, response.read()
+                    content_type = response.getheader("Content-Type")
+                except (OSError, http.client.HTTPException) as error:
+                    status, content_type = 502, "application/json"
+                    payload = json.dumps({"error": f"backend {backend}: {error}"}).encode()
                 finally:
                     conn.close()
+                self._answer(status, payload, content_type)
 
             def _answer(self, status: int, body: bytes, content_type: str | None) -> None:
                 self.send_response(status)
@@ -270,25 +277,23 @@ class LocalDeployment:
     def rollout(self, plans: Sequence[ServerPlan]) -> None:
         """A new pod template: each new pod Ready before an old one leaves the Service and is stopped."""
         old = list(self.pods)
-        new = []
         for index, plan in enumerate(plans):
-            new.append(self._surge(plan))
+            self.pods.append(self._surge(plan))  # a new pod that never gets Ready leaves the old serving
             if index < len(old):
                 self._retire(old[index])
         for pod in old[len(plans) :]:
             self._retire(pod)
-        self.pods = new
 
     def _retire(self, pod: ServerPod) -> None:
         self.service.remove(pod)
+        self.pods.remove(pod)
         code = pod.stop()
         self.say(f"[local] server pod {pod.plan.name} left the Service and stopped (SIGTERM: exit {code})")
         if code != 0:
             raise ServeFailed(f"server pod {pod.plan.name} exited with {code} on SIGTERM (expected 0)")
 
     def stop(self) -> None:
-        pods, self.pods = self.pods, []
-        for pod in pods:
+        for pod in list(self.pods):
             self._retire(pod)
 
 
