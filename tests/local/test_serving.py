@@ -88,7 +88,10 @@ def test_served_accuracy_equals_the_trainers_own_and_the_server_stops_on_sigterm
     assert "local server process(es) stand in for its pods" in output
     assert "[mnist-serve-r1-0]" in output and str(job.output_dir) in output  # the PVC, mapped here
     assert "[local] latency per request p50" in output and "images/s" in output
-    assert "curl -s http://127.0.0.1:" in output
+    assert (
+        "curl -s http://127.0.0.1:" in output
+        and "/v2/models/mnist/infer -H 'Content-Type: application/json' -d @-" in output
+    )
     assert (
         "[local] in the cluster: http://mnist-serve.ddp-mnist.svc.cluster.local:8080/v2/models/mnist"
         in output

@@ -625,11 +625,14 @@ def serve_model(
                     f"served accuracy {result.correct}/{result.total} differs from the trainer's "
                     f"final_test_accuracy {trained} in {job.output_dir}/metrics.json"
                 )
+            body = (
+                """'import json; print(json.dumps({"inputs": [{"name": "images", "shape": [1, 28, 28], """
+                """"datatype": "UINT8", "data": [0] * 784}]}))'"""
+            )
             print(
-                f"[local] query it by hand: curl -s {service.url}/v2/models/{model}/ready; curl -s "
-                f"{service.url}/v2/models/{model}/infer -H 'Content-Type: application/json' -d "
-                """'{"inputs": [{"name": "images", "shape": [1, 28, 28], "datatype": "UINT8", "data": ["""
-                """0]}]}' (784 pixels in data; one zero here is a 400 naming the shape)""",
+                f"[local] query it by hand: curl -s {service.url}/v2/models/{model}/ready; "
+                f"python3 -c {body} | curl -s {service.url}/v2/models/{model}/infer "
+                "-H 'Content-Type: application/json' -d @-",
                 file=out,
                 flush=True,
             )
