@@ -125,8 +125,18 @@ def test_written_shared_claim_must_be_read_write_many(stack):
     checkpoints = _claim(objects, "ddp-mnist-checkpoints")
     checkpoints["spec"]["accessModes"] = ["ReadWriteOnce"]
     nodes = g.job_size(job_of(objects))[0]
-    # The model server of a stack serving from the claim mounts it read-only, one pod per replica.
-    readers = sum(t.pods for o in objects if o["kind"] == "Deployment" for t in g.pod_templates(o))
+    # The model server of a stack serving from the claim mounts it read-only, one pod per replica
+    # (a server loading the model from S3 mounts no claim).
+    readers = sum(
+        t.pods
+        for o in objects
+        if o["kind"] == "Deployment"
+        for t in g.pod_templates(o)
+        if any(
+            (v.get("persistentVolumeClaim") or {}).get("claimName") == "ddp-mnist-checkpoints"
+            for v in t.spec.get("volumes", [])
+        )
+    )
     assert g.shared_claims_read_write_many(objects) == [
         (
             checkpoints,

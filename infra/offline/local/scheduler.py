@@ -8,9 +8,15 @@ command, with this project's environment instead of the image. Each gets the env
 PVCs map to `.local/<stack>/pvc/<claim>/`, and the job's restart and failure rules are followed.
 Kubernetes and the training operator remain the engine on real clusters.
 
-Exit codes: 0 the job succeeded; 1 a workload failed (the seed Job or the training job), or the API
-server would refuse its pods; 2 bad stack config, unknown stack, a job that cannot run locally or a
-local S3 stand-in's bucket that could not be filled with MNIST; 130 interrupted.
+When the stack serves the model (`serveKind: deployment` or `kserve`), the server's pods then run
+here too, behind a local stand-in for their Service (`infra.offline.local.serve`): once Ready, the whole
+MNIST test set is sent to it over HTTP, its accuracy is checked against the trainer's own metrics.json,
+and the server is stopped with SIGTERM (kept running with --keep-serving).
+
+Exit codes: 0 the job succeeded (and the server, if any, served the trainer's accuracy); 1 a workload
+failed (the seed Job or the training job), the server never got Ready or served other predictions than
+the trainer's, or the API server would refuse its pods; 2 bad stack config, unknown stack, a job that
+cannot run locally or a local S3 stand-in's bucket that could not be filled with MNIST; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -37,6 +43,16 @@ from infra.offline.cluster import cluster_view
 from infra.offline.local.dns import COMMANDS as DNS_COMMANDS
 from infra.offline.local.plan import JobPlan, LocalPod, PlanError, plan, workloads
 from infra.offline.local.s3 import LocalS3Error, local_s3
+from infra.offline.local.serve import (
+    LocalDeployment,
+    ServeFailed,
+    evaluate,
+    find_test_set,
+    load_test_set,
+    local_service,
+    plan_servers,
+    server_pods,
+)
 from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import ROOT, SECRET_PLACEHOLDER, StackNotFound, load_stack
 from infra.program.settings import Settings
@@ -502,12 +518,14 @@ def run_stack(
     overrides: dict[str, str],
     out: TextIO = sys.stdout,
     cpu: bool = False,
+    serving: ServeOptions | None = None,
 ) -> tuple[JobPlan, JobResult]:
-    """Every workload of the stack, in dependency order, each to its end; stops at the first failure."""
+    """Every workload of the stack, in dependency order, each to its end; stops at the first failure.
+    Then the model server, if the stack has one."""
     rendering = render(load_stack(stack_name))
     if not cpu:
         check_gpus(stack_name, rendering.settings)
-    return run_rendering(rendering, workdir / stack_name, timeout, overrides, out, cpu)
+    return run_rendering(rendering, workdir / stack_name, timeout, overrides, out, cpu, serving)
 
 
 def run_rendering(
@@ -517,8 +535,10 @@ def run_rendering(
     overrides: dict[str, str],
     out: TextIO = sys.stdout,
     cpu: bool = False,
+    serving: ServeOptions | None = None,
 ) -> tuple[JobPlan, JobResult]:
-    """`run_stack` for a rendering already made (tests render edited configs through here)."""
+    """`run_stack` for a rendering already made (tests render edited configs through here). Raises
+    ServeFailed when the job succeeded but its server did not serve the trainer's accuracy."""
     view = cluster_view(rendering.objects, rendering.settings)
     if view.admission.refusals:  # admission first: a refused pod starts nothing
         last = workloads(rendering.objects, dependency_order(rendering))[-1]
@@ -531,7 +551,99 @@ def run_rendering(
             job, result = run_plan(job, timeout, out)
             if not result.succeeded:
                 break
+        if result.succeeded and server_pods(view.admission.pods):
+            serve_model(rendering, view.admission.pods, root, {**service_env, **overrides}, job, out, serving)
     return job, result
+
+
+@dataclass
+class ServeOptions:
+    port: int | None = None  # the local Service's port (None: the stack's servePort; 0: a free one)
+    keep_serving: bool = False  # leave the server running until Ctrl-C
+    batch: int = 0  # images per request (0: the stack's serveMaxBatch)
+    ready_timeout: float = 0  # seconds for each pod to get Ready (0: the stack's serveWaitTimeoutSeconds)
+
+
+def serve_model(
+    rendering: Rendering,
+    pods: list[Any],
+    root: Path,
+    overrides: dict[str, str],
+    job: JobPlan,
+    out: TextIO,
+    options: ServeOptions | None = None,
+) -> None:
+    """The stack's server pods after the job's success, as the cluster runs them, behind a local Service;
+    the whole test set through it; its accuracy must be the trainer's own (else ServeFailed)."""
+    settings, options = rendering.settings, options or ServeOptions()
+    stack_secret = stack_secret_resolver(rendering)
+
+    def resolver(name: str, key: str) -> str:
+        return overrides[key] if key in overrides else stack_secret(name, key)
+
+    plans = plan_servers(pods, root, resolver, overrides)
+    port = settings.serve_port if options.port is None else options.port
+    owner = server_pods(pods)[0].owner.replace("/", " ")
+    outputs = rendering.outputs
+    with local_service(port, chosen=options.port is not None, out=out) as service:
+        print(
+            f"[local] {owner}: {len(plans)} local server process(es) stand in "
+            f"for its pods, and a local proxy at {service.url} for its Service "
+            f"({outputs.get('serveUrl', '')})",
+            file=out,
+            flush=True,
+        )
+        deployment = LocalDeployment(
+            service, out, ROOT, options.ready_timeout or settings.serve_wait_timeout_seconds
+        )
+        try:
+            deployment.start(plans)
+            model = next(
+                (a.split("=", 1)[1] for a in plans[0].argv if a.startswith("--model-name=")), "mnist"
+            )
+            images, labels = load_test_set(find_test_set(root / "pvc", SHARED_MNIST))
+            batch = options.batch or settings.serve_max_batch
+            result = evaluate(service.url, model, images, labels, batch)
+            metrics = json.loads((job.output_dir / "metrics.json").read_text()) if job.output_dir else {}
+            trained = metrics.get("final_test_accuracy")
+            figure = f"{100 * trained:.2f}%" if isinstance(trained, float) else "missing"
+            print(
+                f"[local] served accuracy {100 * result.accuracy:.2f}% ({result.correct}/{result.total} test "
+                f"images over HTTP, {len(result.latencies)} requests of up to {batch}); the trainer's "
+                f"metrics.json final_test_accuracy {figure}",
+                file=out,
+                flush=True,
+            )
+            print(
+                f"[local] latency per request p50 {1000 * result.percentile(0.5):.0f} ms, p99 "
+                f"{1000 * result.percentile(0.99):.0f} ms; {result.total / result.seconds:.0f} images/s",
+                file=out,
+                flush=True,
+            )
+            if not isinstance(trained, float) or round(trained * result.total) != result.correct:
+                raise ServeFailed(
+                    f"served accuracy {result.correct}/{result.total} differs from the trainer's "
+                    f"final_test_accuracy {trained} in {job.output_dir}/metrics.json"
+                )
+            body = (
+                """'import json; print(json.dumps({"inputs": [{"name": "images", "shape": [1, 28, 28], """
+                """"datatype": "UINT8", "data": [0] * 784}]}))'"""
+            )
+            print(
+                f"[local] query it by hand: curl -s {service.url}/v2/models/{model}/ready; "
+                f"python3 -c {body} | curl -s {service.url}/v2/models/{model}/infer "
+                "-H 'Content-Type: application/json' -d @-",
+                file=out,
+                flush=True,
+            )
+            print(f"[local] in the cluster: {outputs.get('serveUrl', '')}", file=out, flush=True)
+            if options.keep_serving:
+                print(f"[local] --keep-serving: serving at {service.url} until Ctrl-C", file=out, flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    while True:
+                        time.sleep(3600)
+        finally:
+            deployment.stop()
 
 
 def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
@@ -575,13 +687,30 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override an env var in every pod (e.g. AWS_ENDPOINT_URL for a local S3)",
     )
+    parser.add_argument(
+        "--serve-port",
+        type=int,
+        default=None,
+        help="local port of the stand-in for the server's Service (default: the stack's servePort; 0: any)",
+    )
+    parser.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="leave the model server running after the served accuracy is checked, until Ctrl-C",
+    )
     args = parser.parse_args(argv)
     bad = [e for e in args.env if "=" not in e]
     if bad:
         parser.error(f"--env {bad[0]!r}: expected KEY=VALUE")
     overrides = dict(e.split("=", 1) for e in args.env)
     try:
-        _, result = run_stack(args.stack, args.workdir, args.timeout, overrides, cpu=args.cpu)
+        serving = ServeOptions(port=args.serve_port, keep_serving=args.keep_serving)
+        _, result = run_stack(
+            args.stack, args.workdir, args.timeout, overrides, cpu=args.cpu, serving=serving
+        )
+    except ServeFailed as exc:
+        print(f"local: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except (ConfigError, StackNotFound, PlanError) as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_CONFIG

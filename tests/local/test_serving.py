@@ -1,0 +1,248 @@
+"""The local scheduler serves the trained model as the cluster would: the rendered server pod's own
+command behind a local Service, the whole test set over HTTP with the trainer's accuracy, a rolling
+update that never leaves the Service without a Ready server, and a corrupt model that never gets Ready."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from infra.offline.cluster import cluster_view
+from infra.offline.local import scheduler
+from infra.offline.local.serve import (
+    LocalDeployment,
+    ServeFailed,
+    ServerPlan,
+    infer_body,
+    load_test_set,
+    local_service,
+)
+from infra.offline.manifest import render
+from infra.offline.stackconfig import load_stack
+from tests.infra.conftest import render_config
+from tests.serve.conftest import train
+from tests.trainer.conftest import SHARED_MNIST, subprocess_env
+
+SERVE_PVC = {"jobWait": True, "serveKind": "deployment", "serveModelSource": "pvc", "serveReplicas": 1}
+
+
+@pytest.fixture(scope="module")
+def model_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not SHARED_MNIST.is_dir():
+        pytest.skip(f"real MNIST not found at {SHARED_MNIST}")
+    return train(tmp_path_factory.mktemp("model-a"))
+
+
+@pytest.fixture(scope="module")
+def model_b(model_a: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A's model with other weights (its last layer's bias shifted) and its own SHA256SUMS."""
+    import torch
+
+    from trainer.data import format_sums
+
+    out = tmp_path_factory.mktemp("model-b")
+    state = torch.load(model_a / "model.pt", weights_only=True)
+    bias = [k for k in state if k.endswith("bias")][-1]
+    state[bias] = state[bias] + torch.arange(state[bias].numel(), dtype=state[bias].dtype)
+    torch.save(state, out / "model.pt")
+    digest = hashlib.sha256((out / "model.pt").read_bytes()).hexdigest()
+    (out / "SHA256SUMS").write_text(format_sums({"model.pt": digest}))
+    return out
+
+
+def _plan(model: Path, version: str) -> ServerPlan:
+    argv = [sys.executable, "-m", "trainer.serve", f"--model-uri={model}", "--model-name=mnist"]
+    env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
+    return ServerPlan(f"mnist-serve-{version}-0", [*argv, f"--model-version={version}"], env, version)
+
+
+def _stack_with_model(model: Path, root: Path, values: dict | None = None):
+    """A stack serving from the checkpoint PVC, its run's output directory holding `model`'s files."""
+    rendering = render_config({**SERVE_PVC, **(values or {})})
+    job = scheduler.plan_workloads(rendering, root, {})[-1]
+    assert job.output_dir is not None
+    shutil.copytree(model, job.output_dir, dirs_exist_ok=True)
+    pods = cluster_view(rendering.objects, rendering.settings).admission.pods
+    return rendering, pods, job
+
+
+def test_served_accuracy_equals_the_trainers_own_and_the_server_stops_on_sigterm(model_a, tmp_path):
+    rendering, pods, job = _stack_with_model(model_a, tmp_path)
+    out = io.StringIO()
+    scheduler.serve_model(rendering, pods, tmp_path, {}, job, out, scheduler.ServeOptions(port=0))
+    output = out.getvalue()
+    trained = json.loads((model_a / "metrics.json").read_text())["final_test_accuracy"]
+    correct = round(trained * 10000)
+    assert f"served accuracy {correct / 100:.2f}% ({correct}/10000 test images over HTTP" in output
+    assert f"final_test_accuracy {100 * trained:.2f}%" in output
+    assert "local server process(es) stand in for its pods" in output
+    assert "[mnist-serve-r1-0]" in output and str(job.output_dir) in output  # the PVC, mapped here
+    assert "[local] latency per request p50" in output and "images/s" in output
+    assert (
+        "curl -s http://127.0.0.1:" in output
+        and "/v2/models/mnist/infer -H 'Content-Type: application/json' -d @-" in output
+    )
+    assert (
+        "[local] in the cluster: http://mnist-serve.ddp-mnist.svc.cluster.local:8080/v2/models/mnist"
+        in output
+    )
+    assert "stopped (SIGTERM: exit 0)" in output
+
+
+def test_a_served_accuracy_other_than_the_trainers_fails_the_run(model_b, tmp_path):
+    rendering, pods, job = _stack_with_model(model_b, tmp_path)
+    (job.output_dir / "metrics.json").write_text(json.dumps({"final_test_accuracy": 0.9999}))
+    with pytest.raises(ServeFailed, match=r"^served accuracy \d+/10000 differs from the trainer's") as failed:
+        scheduler.serve_model(
+            rendering, pods, tmp_path, {}, job, io.StringIO(), scheduler.ServeOptions(port=0)
+        )
+    assert "\n" not in str(failed.value)
+
+
+def test_a_model_failing_its_checksum_is_never_ready_and_fails_the_run_in_one_line(model_a, tmp_path, capsys):
+    rendering, pods, job = _stack_with_model(model_a, tmp_path)
+    model = job.output_dir / "model.pt"
+    model.write_bytes(model.read_bytes()[:-1] + b"x")
+    out = io.StringIO()
+    with pytest.raises(ServeFailed) as failed:
+        scheduler.serve_model(rendering, pods, tmp_path, {}, job, out, scheduler.ServeOptions(port=0))
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith("server pod mnist-serve-r1-0 exited with 3 before it was Ready: ")
+    assert "sha256" in message
+    assert "Ready (model version" not in out.getvalue()
+
+    # The same through the command line: exit 1 and that one line.
+    def fail(*args, **kwargs):
+        raise ServeFailed(message)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(scheduler, "run_stack", fail)
+        assert scheduler.main(["--stack", "dev"]) == scheduler.EXIT_FAILED
+    assert capsys.readouterr().err == f"local: {message}\n"
+
+
+def test_rollout_to_a_new_model_never_leaves_the_service_without_a_ready_server(model_a, model_b, tmp_path):
+    images, _ = load_test_set(SHARED_MNIST)
+    body = infer_body(images[: 4 * 784])
+    failures: list[str] = []
+    versions: list[str] = []
+    stop = threading.Event()
+
+    with local_service(0) as service:
+        deployment = LocalDeployment(service, io.StringIO(), Path.cwd(), ready_timeout=120)
+        deployment.start([_plan(model_a, "A")])
+
+        def client() -> None:
+            while not stop.is_set():
+                try:
+                    with urllib.request.urlopen(service.url + "/v2/health/ready", timeout=30) as ready:
+                        assert ready.status == 200
+                    with urllib.request.urlopen(service.url + "/v2/models/mnist", timeout=30) as meta:
+                        version = json.loads(meta.read())["versions"][0]
+                    request = urllib.request.Request(
+                        service.url + "/v2/models/mnist/infer",
+                        data=body,
+                        headers={"Content-Type": "application/json"},
+                        method="POST",
+                    )
+                    with urllib.request.urlopen(request, timeout=30) as answer:
+                        assert len(json.loads(answer.read())["outputs"][0]["data"]) == 4
+                    versions.append(version)
+                except (OSError, AssertionError, KeyError, ValueError) as error:
+                    failures.append(repr(error))
+
+        poller = threading.Thread(target=client)
+        poller.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not versions and time.monotonic() < deadline:
+                time.sleep(0.05)
+            deployment.rollout([_plan(model_b, "B")])
+            seen = len(versions)
+            while len(versions) < seen + 3 and time.monotonic() < deadline + 60:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            poller.join(60)
+            deployment.stop()
+
+    assert not failures, failures[:3]
+    assert versions[0] == "A" and versions[-1] == "B"
+    assert versions[-3:] == ["B"] * 3  # once A left the Service, only B answers
+
+
+@pytest.mark.slow
+def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_path, monkeypatch):
+    """`make run`'s stack (small epochs): seed, train, export to the S3 stand-in, serve from it."""
+    planned = scheduler.plan_workloads
+
+    def small(*args, **kwargs):
+        plans = planned(*args, **kwargs)
+        for pod in plans[-1].pods:
+            pod.argv.append("--train-limit=512")  # two steps an epoch: the serving path is under test
+        return plans
+
+    monkeypatch.setattr(scheduler, "plan_workloads", small)
+    out = io.StringIO()
+    job, result = scheduler.run_rendering(
+        render(load_stack("dev")), tmp_path, 600, {}, out, serving=scheduler.ServeOptions(port=0)
+    )
+    output = out.getvalue()
+    assert result.succeeded, output[-4000:]
+    trained = json.loads((job.output_dir / "metrics.json").read_text())["final_test_accuracy"]
+    correct = round(trained * 10000)
+    assert f"served accuracy {correct / 100:.2f}% ({correct}/10000 test images over HTTP" in output
+    assert "s3://mnist/mnist/models/mnist-r1" in output and "SeaweedFS at http://127.0.0.1:" in output
+    assert "[mnist-serve-r1-0]" in output and "stopped (SIGTERM: exit 0)" in output
+    assert output.index("[local] job mnist-r1 Succeeded") < output.index("server pod mnist-serve-r1-0 Ready")
+
+
+def test_a_rollout_whose_new_pod_never_gets_ready_leaves_the_old_one_serving(model_a, tmp_path):
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(model_a, corrupt)
+    (corrupt / "model.pt").write_bytes((corrupt / "model.pt").read_bytes()[:-1] + b"x")
+    with local_service(0) as service:
+        deployment = LocalDeployment(service, io.StringIO(), Path.cwd(), ready_timeout=120)
+        try:
+            deployment.start([_plan(model_a, "A")])
+            with pytest.raises(ServeFailed, match="mnist-serve-C-0 exited with 3 before it was Ready"):
+                deployment.rollout([_plan(corrupt, "C")])
+            with urllib.request.urlopen(service.url + "/v2/models/mnist", timeout=30) as meta:
+                assert json.loads(meta.read())["versions"] == ["A"]
+            assert [p.plan.version for p in deployment.pods] == ["A"]
+        finally:
+            deployment.stop()
+
+
+def test_a_taken_service_port_gives_way_unless_the_user_chose_it():
+    """`make run` on a machine where the stack's servePort is taken still serves, on a free port, and
+    says so; a port given with --serve-port is the user's choice and a taken one is one line."""
+    import socket
+
+    from infra.offline.local.serve import ServeFailed, local_service
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = io.StringIO()
+        with local_service(port, chosen=False, out=out) as service:
+            assert service.port not in (0, port)
+        assert out.getvalue() == (
+            f"[local] port {port} (servePort) is taken on 127.0.0.1 (Address already in use); the local "
+            f"Service listens on http://127.0.0.1:{service.port} instead (--serve-port picks one)\n"
+        )
+        refused = rf"^--serve-port={port}: cannot listen on 127.0.0.1:{port} "
+        with pytest.raises(ServeFailed, match=refused), local_service(port, chosen=True):
+            pass
