@@ -42,6 +42,7 @@ MINIO = {
     "minioBucket": "mnist",
     "minioPrefix": "mnist",
     "minioExistingSecret": "minio-credentials",
+    "createNamespace": False,  # an existing Secret lives in a namespace prepared beforehand
     "jobModelExport": True,
 }
 
