@@ -45,7 +45,7 @@ def exit_process(code: int) -> NoReturn:
       with their last owner: the DDP module (its reducer keeps the group) and whatever else holds a
       reference are freed during finalization, in no defined order, some of them only by C++ static
       destruction inside ``exit()`` while other threads still run. In about 3% of short 2-rank gloo
-      runs (5 in 157; ``bench/stress_exit.py``) one rank then died in that teardown with libstdc++'s
+      runs (5 in 157 on an idle machine; ``bench/stress_exit.py``) one rank then died in that teardown with libstdc++'s
       "terminate called without an active exception", which is what ``std::terminate()`` prints when
       no exception is active, e.g. from the destructor of a ``std::thread`` that is still joinable:
       SIGABRT, exit 134, after the rank had passed the final barrier and rank 0 had written
