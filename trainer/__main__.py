@@ -41,16 +41,16 @@ def exit_process(code: int) -> NoReturn:
 
     - after a finished run, ``destroy_process_group()`` has shut the backend down and dropped the
       default group from torch's registry, but the C++ objects behind it (ProcessGroupGloo and its
-      worker threads, the gloo transport's device and pairs, the store client) are released only
-      with their last owner: the DDP module (its reducer keeps the group) and whatever else holds a
-      reference are freed during finalization, in no defined order, some of them only by C++ static
-      destruction inside ``exit()`` while other threads still run. In about 3% of short 2-rank gloo
-      runs (5 in 157 on an idle machine; ``bench/stress_exit.py``) one rank then died in that teardown with libstdc++'s
-      "terminate called without an active exception", which is what ``std::terminate()`` prints when
-      no exception is active, e.g. from the destructor of a ``std::thread`` that is still joinable:
-      SIGABRT, exit 134, after the rank had passed the final barrier and rank 0 had written
-      everything. torchrun then stops the other ranks and reports the run failed (on a cluster: a
-      failed pod, a restarted or failed job, and an export cut short by SIGTERM);
+      worker threads, the gloo transport's device and pairs, the store client) live on while anything
+      still holds them (the DDP module's reducer keeps the group), and are torn down during
+      finalization, in an order nobody controls, while other threads may still run. Short 2-rank
+      gloo runs ended that way about 3% of the time (5 in 157 on an idle machine;
+      ``bench/stress_exit.py``): one rank died in that teardown with libstdc++'s "terminate called
+      without an active exception" (what ``std::terminate()`` prints with no exception active, e.g.
+      from the destructor of a ``std::thread`` that is still joinable), SIGABRT, exit 134, after it
+      had passed the final barrier and rank 0 had written everything. torchrun then stops the other
+      ranks and reports the run failed (on a cluster: a failed pod, a restarted or failed job, and an
+      export cut short by SIGTERM);
     - after a lost peer the process group is broken, and tearing it down can block on the lost peer
       (NCCL's communicator abort, gloo's pending work), which would turn exit 200 into a hang;
     - after a usage, data, credentials or export error (2-4, 205, 207) the same objects may exist.
