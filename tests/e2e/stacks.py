@@ -53,6 +53,7 @@ def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -
             _key("jobImage"): image,
             _key("jobWait"): "true",
             _key("jobWaitTimeoutSeconds"): str(WAIT_S),
+            _key("serveKind"): "none",  # scenario 7 serves; the others test the job alone
         }
     )
     config.update({_key(k): v for k, v in overrides.items()})
