@@ -82,6 +82,36 @@ def _wait_until_answers(port: int, process: subprocess.Popen[bytes], deadline_s:
     raise LocalS3Error(f"weed S3 on port {port} did not answer within {deadline_s:.0f} s")
 
 
+def _wait_until_serving(server: LocalS3, process: subprocess.Popen[bytes], deadline_s: float) -> None:
+    """Until a signed S3 call succeeds: `weed mini`'s S3 gateway answers HTTP before its filer and
+    volume servers are up, and a client that comes too early gets connection errors or 5xx."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=server.endpoint,
+        aws_access_key_id=server.key_id,
+        aws_secret_access_key=server.secret,
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5),
+    )
+    deadline = time.monotonic() + deadline_s
+    while True:
+        if process.poll() is not None:
+            raise LocalS3Error(f"weed exited early with {process.returncode}")
+        try:
+            client.list_buckets()
+            return
+        except (BotoCoreError, ClientError) as error:
+            if time.monotonic() >= deadline:
+                raise LocalS3Error(
+                    f"weed S3 at {server.endpoint} did not serve within {deadline_s:.0f} s: {error}"
+                ) from None
+        time.sleep(0.2)
+
+
 @contextmanager
 def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = None) -> Iterator[LocalS3]:
     """A SeaweedFS S3 server on 127.0.0.1 over `data_dir`, checking the given (or fresh) keys."""
@@ -100,7 +130,9 @@ def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = Non
         process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
         try:
             _wait_until_answers(s3_port, process, deadline_s=60)
-            yield LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
+            server = LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
+            _wait_until_serving(server, process, deadline_s=60)
+            yield server
         finally:
             process.terminate()
             try:
