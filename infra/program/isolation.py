@@ -63,7 +63,7 @@ def job_pods(names: JobNames) -> meta.LabelSelectorArgs:
     return meta.LabelSelectorArgs(match_labels={JOB_LABEL: names.job})
 
 
-def _namespace(name: str) -> net.NetworkPolicyPeerArgs:
+def namespace_peer(name: str) -> net.NetworkPolicyPeerArgs:
     return net.NetworkPolicyPeerArgs(
         namespace_selector=meta.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: name})
     )
@@ -90,28 +90,33 @@ def dns_peers(settings: Settings) -> list[net.NetworkPolicyPeerArgs]:
     blocks = [
         net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in settings.job_dns_egress_cidrs
     ]
-    return [_namespace(DNS_NAMESPACE), *blocks]
+    return [namespace_peer(DNS_NAMESPACE), *blocks]
+
+
+def dns_egress(settings: Settings) -> net.NetworkPolicyEgressRuleArgs:
+    """Out to DNS (port 53, UDP and TCP) wherever the cluster answers it (`dns_peers`)."""
+    return net.NetworkPolicyEgressRuleArgs(
+        to=dns_peers(settings),
+        ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
+    )
+
+
+def s3_egress(s3: S3Destination) -> net.NetworkPolicyEgressRuleArgs:
+    """Out to the S3 endpoint's pods (their namespace) on `minioEgressPort`; with no `to` for an endpoint
+    outside the cluster: any address, on that port only."""
+    return net.NetworkPolicyEgressRuleArgs(
+        to=[namespace_peer(s3.namespace)] if s3.namespace else None,
+        ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)],
+    )
 
 
 def network_policy_spec(settings: Settings, names: JobNames) -> net.NetworkPolicySpecArgs:
     """Ingress only from the same job's pods; egress only to them, to DNS and to the S3 endpoint."""
     peers = [net.NetworkPolicyPeerArgs(pod_selector=job_pods(names))]
-    egress = [
-        net.NetworkPolicyEgressRuleArgs(
-            to=dns_peers(settings),
-            ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
-        ),
-        net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings)),
-    ]
+    egress = [dns_egress(settings), net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings))]
     s3 = s3_destination(settings)
     if s3 is not None:
-        egress.append(
-            net.NetworkPolicyEgressRuleArgs(
-                # No `to` for an endpoint outside the cluster: any address, on the endpoint's port only.
-                to=[_namespace(s3.namespace)] if s3.namespace else None,
-                ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)],
-            )
-        )
+        egress.append(s3_egress(s3))
     return net.NetworkPolicySpecArgs(
         pod_selector=job_pods(names),
         policy_types=["Ingress", "Egress"],

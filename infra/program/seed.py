@@ -28,7 +28,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.isolation import dns_peers, job_pods, s3_destination
+from infra.program.isolation import dns_egress, job_pods, s3_destination, s3_egress
 from infra.program.jobs import (
     failure_gate,
     logs_command,
@@ -108,28 +108,10 @@ def seed_pod_template(
 def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
     """No ingress; egress to DNS and to the source only (the bucket's port, or HTTPS anywhere)."""
     names = JobNames(job=SEED_JOB, service=SEED_JOB, checkpoint_dir="")
-    egress = [
-        net.NetworkPolicyEgressRuleArgs(
-            to=dns_peers(settings),
-            ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
-        )
-    ]
+    egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.seed_source == "s3" else None
-    if s3 is not None and s3.namespace:
-        namespace_peer = net.NetworkPolicyPeerArgs(
-            namespace_selector=k8s.meta.v1.LabelSelectorArgs(
-                match_labels={"kubernetes.io/metadata.name": s3.namespace}
-            )
-        )
-        egress.append(
-            net.NetworkPolicyEgressRuleArgs(
-                to=[namespace_peer], ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)]
-            )
-        )
-    elif s3 is not None:  # an endpoint outside the cluster: any address, on its port only
-        egress.append(
-            net.NetworkPolicyEgressRuleArgs(ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)])
-        )
+    if s3 is not None:
+        egress.append(s3_egress(s3))
     else:
         egress.append(
             net.NetworkPolicyEgressRuleArgs(ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=HTTPS)])

@@ -32,7 +32,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.isolation import _namespace, dns_peers, s3_destination
+from infra.program.isolation import dns_egress, namespace_peer, s3_destination, s3_egress
 from infra.program.meta import JobNames, labels
 from infra.program.podspec import base_env, container_security, model_export_uri, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings, parse_quantity
@@ -160,21 +160,11 @@ def network_policy_spec(settings: Settings, serve: ServeNames) -> net.NetworkPol
     """In: the stack's namespace and serveIngressNamespaces, on the server port only. Out: DNS, and the
     S3 endpoint when the model comes from there."""
     callers = [net.NetworkPolicyPeerArgs(pod_selector=meta.LabelSelectorArgs())]  # this namespace
-    callers += [_namespace(n) for n in settings.serve_ingress_namespaces]
-    egress = [
-        net.NetworkPolicyEgressRuleArgs(
-            to=dns_peers(settings),
-            ports=[net.NetworkPolicyPortArgs(protocol=p, port=53) for p in ("UDP", "TCP")],
-        )
-    ]
+    callers += [namespace_peer(n) for n in settings.serve_ingress_namespaces]
+    egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.serve_model_source == "s3" else None
     if s3 is not None:
-        egress.append(
-            net.NetworkPolicyEgressRuleArgs(
-                to=[_namespace(s3.namespace)] if s3.namespace else None,
-                ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)],
-            )
-        )
+        egress.append(s3_egress(s3))
     return net.NetworkPolicySpecArgs(
         pod_selector=server_pods(serve),
         policy_types=["Ingress", "Egress"],

@@ -9,18 +9,22 @@ from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings
 
 
-def operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
-    source = s.operator_source
+def unpinned_source(key: str, source: str) -> Iterator[ConfigError]:
+    """A kustomize source must be a local checkout or a git URL pinned to a release tag or commit."""
     if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):
-        return  # upstream at operatorVersion, or a local checkout
+        return  # upstream at the pinned version, or a local checkout
     ref = re.search(r"[?&]ref=([^&]+)", source)
     if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
         yield ConfigError(
-            "operatorSource",
+            key,
             source,
             "a local path (/..., ./..., ../...), or a git URL pinned with "
             "?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
         )
+
+
+def operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
+    yield from unpinned_source("operatorSource", s.operator_source)
 
 
 def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
+from infra.program.checks.operators import unpinned_source
 from infra.program.settings import Settings
 
 
@@ -60,17 +60,7 @@ def trainer_kubernetes_version(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 
 def trainer_source(s: Settings, _: bool) -> Iterator[ConfigError]:
-    source = s.trainer_source
-    if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):
-        return  # upstream at trainerVersion, or a local checkout
-    ref = re.search(r"[?&]ref=([^&]+)", source)
-    if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
-        yield ConfigError(
-            "trainerSource",
-            source,
-            "a local path (/..., ./..., ../...), or a git URL pinned with "
-            "?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
-        )
+    yield from unpinned_source("trainerSource", s.trainer_source)
 
 
 def trainjob_equivalents(s: Settings, _: bool) -> Iterator[ConfigError]:
