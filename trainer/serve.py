@@ -164,11 +164,15 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def positive(text: str) -> int:
+def integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive(text: str) -> int:
+    value = integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return value
@@ -182,10 +186,7 @@ def port_number(text: str) -> int:
 
 
 def non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative")
     return value

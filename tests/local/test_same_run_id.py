@@ -13,7 +13,6 @@ import sys
 import threading
 from pathlib import Path
 
-import boto3
 import pytest
 
 from infra.offline.local.plan import JobPlan
@@ -155,13 +154,7 @@ def test_a_failed_export_is_retried_to_completion_by_rank_0_alone(kind, tmp_path
         job = _plan({**KINDS[kind], **MINIO, "jobBackoffLimit": 1}, tmp_path, overrides)
         ok, reason, output = _run(job, OpensOnFailure(gate))
         assert ok, f"{reason}\n{output[-4000:]}"
-        client = boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint,
-            aws_access_key_id=s3.key_id,
-            aws_secret_access_key=s3.secret,
-            region_name="us-east-1",
-        )
+        client = s3.client()
         listed = client.list_objects_v2(Bucket="mnist", Prefix="mnist/models/mnist-r1/").get("Contents", [])
         model = client.get_object(Bucket="mnist", Key="mnist/models/mnist-r1/model.pt")["Body"].read()
     first, retry = output.split("exited with 205", 1)

@@ -8,7 +8,6 @@ import hashlib
 import io
 from pathlib import Path
 
-import boto3
 import pytest
 
 from infra.offline.local.s3 import local_s3
@@ -43,13 +42,7 @@ def _run(values: dict, root: Path, overrides: dict[str, str] | None = None, time
 def _bucket_objects(root: Path) -> dict[str, bytes]:
     """The stand-in's bucket as the run left it (its data directory persists between runs)."""
     with local_s3(root / "s3") as s3:
-        client = boto3.client(
-            "s3",
-            endpoint_url=s3.endpoint,
-            aws_access_key_id=s3.key_id,
-            aws_secret_access_key=s3.secret,
-            region_name="us-east-1",
-        )
+        client = s3.client()
         listed = client.list_objects_v2(Bucket="mnist", Prefix="mnist/models/").get("Contents", [])
         return {o["Key"]: client.get_object(Bucket="mnist", Key=o["Key"])["Body"].read() for o in listed}
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 WEED_PORTS = (
     "s3.port.grpc",
@@ -53,6 +54,20 @@ class LocalS3:
             "AWS_SECRET_ACCESS_KEY": self.secret,
         }
 
+    def client(self, **config: Any) -> Any:
+        """A boto3 S3 client for the stand-in (botocore `Config` options as keywords)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.key_id,
+            aws_secret_access_key=self.secret,
+            region_name="us-east-1",
+            config=Config(**config),
+        )
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -85,18 +100,9 @@ def _wait_until_answers(port: int, process: subprocess.Popen[bytes], deadline_s:
 def _wait_until_serving(server: LocalS3, process: subprocess.Popen[bytes], deadline_s: float) -> None:
     """Until a signed S3 call succeeds: `weed mini`'s S3 gateway answers HTTP before its filer and
     volume servers are up, and a client that comes too early gets connection errors or 5xx."""
-    import boto3
-    from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = boto3.client(
-        "s3",
-        endpoint_url=server.endpoint,
-        aws_access_key_id=server.key_id,
-        aws_secret_access_key=server.secret,
-        region_name="us-east-1",
-        config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5),
-    )
+    client = server.client(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5)
     deadline = time.monotonic() + deadline_s
     while True:
         if process.poll() is not None:
