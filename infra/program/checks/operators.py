@@ -9,18 +9,22 @@ from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings
 
 
-def unpinned_source(key: str, source: str) -> Iterator[ConfigError]:
-    """A kustomize source must be a local checkout or a git URL pinned to a release tag or commit."""
+def unpinned_source(key: str, source: str) -> list[ConfigError]:
+    """A kustomize source must be a local checkout or a git URL pinned to a release tag or commit (a
+    helper of the two source rules, not a rule itself: it returns the error rather than yielding it)."""
     if not source or (source.startswith(("/", "./", "../")) and "?ref=" not in source):
-        return  # upstream at the pinned version, or a local checkout
+        return []  # upstream at the pinned version, or a local checkout
     ref = re.search(r"[?&]ref=([^&]+)", source)
-    if not ref or not re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
-        yield ConfigError(
+    if ref and re.fullmatch(r"v\d+\.\d+\.\d+|[0-9a-f]{40}", ref.group(1)):
+        return []
+    return [
+        ConfigError(
             key,
             source,
             "a local path (/..., ./..., ../...), or a git URL pinned with "
             "?ref=<release tag vX.Y.Z or 40-hex commit> (never a branch)",
         )
+    ]
 
 
 def operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
