@@ -5,7 +5,12 @@ VENV := .venv
 INFRA_VENV := .venv-infra
 STACK ?= dev
 
-.PHONY: run render test e2e lint golden schema infra-env lock clean
+# pytest-xdist workers for `make test` and `make test-fast`: one per core (at most 4; the training
+# tests start two ranks each). TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup
+
+.PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -33,8 +38,22 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.program.schema --check
 
 # The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
-test: lint
-	$(VENV)/bin/python -m pytest
+# The whole suite on every core; pytest lists the 15 slowest tests, and the last line gives the wall
+# time of the whole target (set-up included), so growth shows in every CI log.
+test:
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint && $(VENV)/bin/python -m pytest $(XDIST); code=$$?; \
+	echo "make test: exit $$code after $$(( $$(date +%s) - start )) s (set-up, lint and the whole suite)"; \
+	exit $$code
+
+# The edit loop: config, rendering, effective pods, admission, policy, docs and the trainer's unit tests;
+# every test that starts a real process (trainer, torchrun, S3 or model server, a local run) is marked
+# `slow` and left to `make test`.
+test-fast: $(VENV)/.installed
+	@start=$$(date +%s); \
+	$(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \
+	echo "make test-fast: exit $$code after $$(( $$(date +%s) - start )) s"; \
+	exit $$code
 
 # The cluster tier (tests/e2e): needs the Pulumi CLI, docker, and kind or E2E_IMAGE_REGISTRY, against
 # the current kubeconfig context; stops at once with one line (exit 4) without them. Never part of `test`.

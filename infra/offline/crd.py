@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,21 @@ def _strict(schema: Any) -> Any:
     return strict
 
 
-def crd_validator(
-    path: Path, version: str | None = "v1", *, strict: bool = False, at: tuple[str, ...] = ()
+# libyaml's loader where PyYAML has it (about 3x faster on the 2 MB CRDs), else the pure-Python one.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_crd(path: Path, mtime_ns: int) -> dict[str, Any]:
+    """The CRD parsed once per file version (`mtime_ns` keys the cache: an edited file is read again)."""
+    return yaml.load(path.read_text(), Loader=_LOADER)
+
+
+@functools.lru_cache(maxsize=64)
+def _validator(
+    path: Path, mtime_ns: int, version: str | None, strict: bool, at: tuple[str, ...]
 ) -> jsonschema.Draft7Validator:
-    """A validator for the CRD's `version` (None: the storage version); `strict` refuses unknown fields;
-    `at` names properties to descend into (("spec",) validates a JobSet spec on its own)."""
-    crd = yaml.safe_load(path.read_text())
+    crd = _load_crd(path, mtime_ns)
     served = next(
         v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v.get("storage"))
     )
@@ -49,3 +59,12 @@ def crd_validator(
     for name in at:
         schema = schema["properties"][name]
     return jsonschema.Draft7Validator(_plain(_strict(schema) if strict else schema))
+
+
+def crd_validator(
+    path: Path, version: str | None = "v1", *, strict: bool = False, at: tuple[str, ...] = ()
+) -> jsonschema.Draft7Validator:
+    """A validator for the CRD's `version` (None: the storage version); `strict` refuses unknown fields;
+    `at` names properties to descend into (("spec",) validates a JobSet spec on its own). Built once per
+    file version and arguments: a validator holds no state between `iter_errors` calls."""
+    return _validator(path, path.stat().st_mtime_ns, version, strict, at)

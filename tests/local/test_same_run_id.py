@@ -20,6 +20,8 @@ from infra.offline.local.s3 import free_port, local_s3
 from infra.offline.local.scheduler import Supervisor, plan_stack
 from tests.infra.conftest import render_config
 
+pytestmark = pytest.mark.slow  # local runs of the trainer
+
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 SMALL = {
@@ -76,7 +78,6 @@ def _run(job: JobPlan, out: io.StringIO | None = None) -> tuple[bool, str, str]:
     return result.succeeded, result.reason, out.getvalue()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_an_edited_schedule_under_the_same_run_id_trains_afresh_and_says_so(kind, tmp_path):
     _seed(tmp_path)
@@ -143,7 +144,6 @@ class OpensOnFailure(io.StringIO):
         return super().write(text)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_failed_export_is_retried_to_completion_by_rank_0_alone(kind, tmp_path):
     _seed(tmp_path)

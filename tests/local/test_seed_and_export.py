@@ -14,6 +14,8 @@ from infra.offline.local.s3 import local_s3
 from infra.offline.local.scheduler import run_rendering
 from tests.infra.conftest import render_config
 
+pytestmark = pytest.mark.slow  # local runs with the S3 stand-in and the trainer
+
 SMALL = {
     "jobNodes": 2,
     "jobEpochs": 1,
@@ -47,7 +49,6 @@ def _bucket_objects(root: Path) -> dict[str, bytes]:
         return {o["Key"]: client.get_object(Bucket="mnist", Key=o["Key"])["Body"].read() for o in listed}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
 def test_from_empty_volumes_seed_then_train_then_export_and_again_without_reseeding(kind, tmp_path):
     values = {**MINIO, "jobKind": kind, "seedSource": "s3", "jobModelExport": True}
@@ -80,7 +81,6 @@ def test_from_empty_volumes_seed_then_train_then_export_and_again_without_reseed
     assert "already holds this run's" in output  # and uploads nothing again
 
 
-@pytest.mark.slow
 def test_a_corrupted_file_on_the_data_volume_is_seeded_again_before_training(tmp_path):
     values = {**MINIO, "seedSource": "s3", "jobEpochs": 1}
     _, first, output = _run(values, tmp_path)

@@ -33,6 +33,9 @@ from tests.infra.conftest import render_config
 from tests.serve.conftest import train
 from tests.trainer.conftest import SHARED_MNIST, subprocess_env
 
+# real trainer and model server processes; one worker builds the module's trained model and server once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("local-serving")]
+
 SERVE_PVC = {"jobWait": True, "serveKind": "deployment", "serveModelSource": "pvc", "serveReplicas": 1}
 
 
@@ -182,7 +185,6 @@ def test_rollout_to_a_new_model_never_leaves_the_service_without_a_ready_server(
     assert versions[-3:] == ["B"] * 3  # once A left the Service, only B answers
 
 
-@pytest.mark.slow
 def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_path, monkeypatch):
     """`make run`'s stack (small epochs): seed, train, export to the S3 stand-in, serve from it."""
     planned = scheduler.plan_workloads

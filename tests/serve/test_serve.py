@@ -29,6 +29,9 @@ from tests.serve.conftest import (
 from trainer.data import TEST_IMAGES, TEST_LABELS, find_file, normalise, read_idx
 from trainer.model import MnistCNN
 
+# every test talks to a real model server process; one worker builds the module's trained model and server once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve")]
+
 INFER = "/v2/models/mnist/infer"
 
 
@@ -116,7 +119,6 @@ def test_uint8_and_fp32_inputs_give_the_model_s_outputs(server: ServeProcess, tr
     assert reply["id"]  # one is made when the request has none
 
 
-@pytest.mark.slow
 def test_accuracy_on_all_10000_test_images_equals_the_model_s_own(
     server: ServeProcess, trained: Path
 ) -> None:

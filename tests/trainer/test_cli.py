@@ -127,6 +127,7 @@ def test_defaults_match_the_documented_fastest_settings() -> None:
     assert config.export_to is None
 
 
+@pytest.mark.slow
 def test_indivisible_strong_batch_under_torchrun_exits_2(
     procs: Any, mnist_root: Path, tmp_path: Path
 ) -> None:
@@ -140,6 +141,7 @@ def test_indivisible_strong_batch_under_torchrun_exits_2(
     assert expected in result.stderr.splitlines()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
 def test_nccl_without_cuda_exits_2(procs: Any, mnist_root: Path, tmp_path: Path) -> None:
     result = procs.run("trainer", [f"--data={mnist_root}", f"--checkpoint-dir={tmp_path}", "--backend=nccl"])

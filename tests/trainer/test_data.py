@@ -56,6 +56,7 @@ def test_truncated_idx_is_reported(mnist_gz_dir: Path, tmp_path: Path) -> None:
         load_mnist(tmp_path, torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_checksum_mismatch_is_reported(procs: Any, mnist_gz_dir: Path, tmp_path: Path) -> None:
     raw = _copy_gz(mnist_gz_dir, tmp_path)
     (raw / SUMS_FILE).write_text(f"{'0' * 64}  train-labels-idx1-ubyte.gz\n")
@@ -67,6 +68,7 @@ def test_checksum_mismatch_is_reported(procs: Any, mnist_gz_dir: Path, tmp_path:
     ]
 
 
+@pytest.mark.slow
 def test_seed_directory_then_train_reads_it(procs: Any, mnist_gz_dir: Path, tmp_path: Path) -> None:
     seeded = procs.run("trainer.seed", [f"--from={mnist_gz_dir}", f"--to={tmp_path / 'root'}"])
     assert seeded.returncode == 0, seeded.stderr

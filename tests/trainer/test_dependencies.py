@@ -25,6 +25,7 @@ def test_installed_versions_match_the_trainer_extra(procs: Any) -> None:
     assert installed == pins
 
 
+@pytest.mark.slow
 def test_torchrun_prints_no_numpy_warning(procs: Any) -> None:
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.is_file():

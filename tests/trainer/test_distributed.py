@@ -13,6 +13,8 @@ import torch
 
 from trainer.model import MnistCNN, state_dict_sha256
 
+pytestmark = pytest.mark.slow  # torchrun with two ranks
+
 # What one epoch of the default settings really reaches on 2 ranks is ~99.0%; keep a margin.
 ONE_EPOCH_MIN_ACCURACY = 0.985
 EPOCH_LINE = re.compile(
@@ -39,7 +41,6 @@ def two_rank_run(
     return result, out
 
 
-@pytest.mark.slow
 def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path]) -> None:
     result, out = two_rank_run
     lines = EPOCH_LINE.findall(result.stdout)
@@ -56,7 +57,6 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
     assert all(0 < rss < 1024 for rss in metrics["peak_rss_mib_per_rank"])
 
 
-@pytest.mark.slow
 def test_parameters_identical_across_ranks_and_exported(two_rank_run: tuple[Any, Path]) -> None:
     _, out = two_rank_run
     metrics = json.loads((out / "metrics.json").read_text())
@@ -67,7 +67,6 @@ def test_parameters_identical_across_ranks_and_exported(two_rank_run: tuple[Any,
     assert state_dict_sha256(model) == rank0
 
 
-@pytest.mark.slow
 def test_evaluation_covers_all_10000_test_images(two_rank_run: tuple[Any, Path], mnist_root: Path) -> None:
     """Re-evaluating the exported model on one process gives the accuracy the ranks reported."""
     from trainer.data import load_mnist

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # real trainer processes
+
 FINALIZED = "interpreter finalization ran"
 # The trainer run as ``python -m trainer`` does (run_name "__main__"), with an atexit hook that
 # prints FINALIZED if, and only if, the interpreter finalizes.

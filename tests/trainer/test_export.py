@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real S3 server and trainer processes
+
 EPOCH = re.compile(r"^trainer: epoch \d+/\d+ ", re.MULTILINE)
 HINT = "keeps model.pt and metrics.json; start the same run again to retry the export"
 
@@ -60,7 +62,6 @@ def _figures(ckpt: Path) -> dict[str, Any]:
     return {key: value for key, value in metrics.items() if key != "restarts"}
 
 
-@pytest.mark.slow
 def test_the_model_metrics_and_sums_land_under_the_prefix(
     procs: Any, s3_server: Any, mnist_root: Path, tmp_path: Path
 ) -> None:
@@ -82,7 +83,6 @@ def test_the_model_metrics_and_sums_land_under_the_prefix(
     assert json.loads(local["metrics.json"])["final_test_accuracy"] > 0.9
 
 
-@pytest.mark.slow
 def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_training(
     procs: Any, s3_server: Any, mnist_root: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from trainer.launch import LaunchError, failure_exit_code, unexpanded_reference, wait_for_master
 
 
+@pytest.mark.slow
 def test_unexpanded_reference_exits_2_at_once(procs: Any) -> None:
     args = [
         "--master-wait-timeout=300",
@@ -40,6 +41,7 @@ def test_unexpanded_reference_finds_the_first() -> None:
     assert unexpanded_reference(["--nnodes=2", "--data=$HOME", "$(", "--lr=0.1"]) is None
 
 
+@pytest.mark.slow
 def test_master_unreachable_exits_206_within_the_bound(procs: Any) -> None:
     port = procs.free_port()
     args = [
@@ -120,6 +122,7 @@ def test_failure_exit_code(exitcode: int, expected: int) -> None:
     assert failure_exit_code(exitcode) == expected
 
 
+@pytest.mark.slow
 def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     missing = tmp_path / "nothing-here"
     args = procs.launch_args(2, [f"--data={missing}", f"--checkpoint-dir={tmp_path / 'c'}"])

@@ -21,6 +21,8 @@ from trainer.checkpoint import checkpoint_path, list_checkpoints
 from trainer.errors import EXIT_PEER_LOST
 from trainer.peers import CLOSED, TIMED_OUT
 
+pytestmark = pytest.mark.slow  # real launcher and trainer processes
+
 DIST_TIMEOUT_S = 10
 # The documented worst case for a pod whose peers are on other nodes is --dist-timeout + ~1 s
 # (trainer/peers.py); the rest is slack for a loaded two-core test machine.
@@ -150,7 +152,6 @@ def _one_peer_lost_line(output: str) -> tuple[str, ...]:
     return match.groups()
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_a_hung_peer_ends_the_other_pod_with_200_within_the_timeout(
     procs: Any, mnist_root: Path, tmp_path: Path
@@ -183,7 +184,6 @@ def test_a_hung_peer_ends_the_other_pod_with_200_within_the_timeout(
         assert _one_peer_lost_line(node1.output())[0] == "1"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_a_killed_pod_ends_the_other_pod_with_200_at_once(
     procs: Any, mnist_root: Path, tmp_path: Path

@@ -17,11 +17,12 @@ import pytest
 
 from trainer.checkpoint import checkpoint_path, list_checkpoints
 
+pytestmark = pytest.mark.slow  # real trainer processes
+
 EPOCH = re.compile(r"^trainer: epoch (\d+)/(\d+) ", re.MULTILINE)
 RESUMED = re.compile(r"^trainer: resumed from (\S+) \(epoch (\d+)/(\d+)\)$", re.MULTILINE)
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 def test_sigkill_a_rank_then_restart_resumes_from_last_checkpoint(
     procs: Any, mnist_root: Path, tmp_path: Path
@@ -74,7 +75,6 @@ def test_sigkill_a_rank_then_restart_resumes_from_last_checkpoint(
     assert metrics["final_test_accuracy"] > 0.95
 
 
-@pytest.mark.slow
 def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
     procs: Any, mnist_root: Path, tmp_path: Path
 ) -> None:
@@ -103,7 +103,6 @@ def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
     assert json.loads((ckpt / "metrics.json").read_text())["history"][-1]["epoch"] == 2
 
 
-@pytest.mark.slow
 def test_finished_run_started_again_keeps_its_figures_and_records_the_restart(
     procs: Any, mnist_root: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a real S3 server and trainer processes
+
 BUCKET_URL = "s3://mnist-test/v1"
 
 
@@ -24,7 +26,6 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.slow
 def test_train_from_bucket_with_verified_cache(
     procs: Any, seeded: Any, mnist_gz_dir: Path, tmp_path: Path
 ) -> None:

@@ -58,6 +58,7 @@ START = re.compile(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("nproc", "scaling", "expected"),
     [

@@ -20,6 +20,8 @@ import pytest
 from trainer.data import FILES, SUMS_FILE
 from trainer.mirrors import CANONICAL_SHA256
 
+pytestmark = pytest.mark.slow  # real seed processes, S3 and HTTPS servers
+
 GZ = [f"{name}.gz" for name in FILES]
 NOTHING_TO_DO = "already holds MNIST (verified against SHA256SUMS); nothing to do"
 
