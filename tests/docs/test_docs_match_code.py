@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from infra.offline import render as render_cli
-from infra.offline.local import scheduler
+from infra.offline.local import cli as local_cli
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
 from infra.program import podspec
 from infra.program.meta import JobNames
@@ -287,9 +287,15 @@ def test_render_cli_exit_codes_match_the_readme_table():
 
 def test_local_scheduler_exit_codes_match_the_readme_table():
     documented = exit_codes(section(README, "Local scheduler (dev, demos, the contract test)"))
-    assert set(documented) == returned_codes(scheduler.main)
-    assert "failed" in documented[scheduler.EXIT_FAILED]
-    assert "interrupted" in documented[scheduler.EXIT_INTERRUPTED].lower()
+    assert set(documented) == returned_codes(local_cli.main)
+    assert "failed" in documented[local_cli.EXIT_FAILED]
+    assert "interrupted" in documented[local_cli.EXIT_INTERRUPTED].lower()
+
+
+def test_every_local_scheduler_flag_is_in_the_readme_usage():
+    usage = section(README, "Local scheduler (dev, demos, the contract test)").split("```")[1]
+    flags = {f for action in local_cli.build_parser()._actions for f in action.option_strings}
+    assert flags - {"-h", "--help"} <= set(re.findall(r"--[a-z][a-z-]*", usage))
 
 
 @pytest.mark.slow
@@ -303,7 +309,7 @@ def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gi
         argv = ["--stack", "dev", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
         argv += ["--env", f"AWS_ENDPOINT_URL={s3.endpoint}"]
         argv += ["--env", "AWS_ACCESS_KEY_ID=wrong", "--env", "AWS_SECRET_ACCESS_KEY=wrong"]
-        returned = scheduler.main(argv)
+        returned = local_cli.main(argv)
     volumes = tmp_path / "work" / "dev" / "pvc"
     assert not list((volumes / "ddp-mnist-data").rglob("*.gz"))  # nothing seeded
     assert not (volumes / "ddp-mnist-checkpoints" / "mnist-r1").exists()  # the training job never ran

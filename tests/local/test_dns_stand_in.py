@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 from infra.offline.local.dns import main as dns
-from infra.offline.local.scheduler import Supervisor, plan_stack
+from infra.offline.local.supervisor import Supervisor
+from infra.offline.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from infra.offline.local.plan import JobPlan
-from infra.offline.local.scheduler import Supervisor, plan_stack, report, run_plan
+from infra.offline.local.stack import report, run_plan
+from infra.offline.local.supervisor import Supervisor
+from infra.offline.local.workloads import plan_stack
 from infra.offline.manifest import Rendering
 from tests.infra.conftest import render_config
 
@@ -253,7 +255,7 @@ def test_a_failed_init_container_fails_its_pod_and_the_main_container_never_star
 def test_a_pod_the_api_server_would_refuse_is_refused_locally_with_its_message(tmp_path, monkeypatch):
     import infra.offline.cluster as cluster
     from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
-    from infra.offline.local.scheduler import PodsRefused
+    from infra.offline.local.workloads import PodsRefused
 
     monkeypatch.setattr(cluster, "RESTRICTED_INIT_CONTAINER_TEMPLATE", UPSTREAM_INIT_CONTAINER_TEMPLATE)
     with pytest.raises(PodsRefused) as refused:
@@ -286,7 +288,7 @@ def test_a_gpu_stack_on_a_cpu_machine_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_flag_runs_a_gpu_job_on_cpu_with_gloo_same_nodes_and_processes(tmp_path):
-    from infra.offline.local.scheduler import on_cpu
+    from infra.offline.local.adjust import on_cpu
 
     values = {**TWO_NODES, "jobGpusPerNode": 2, "jobProcsPerNode": 2, "jobBatchSize": 256}
     rendering = render_config(values)
@@ -310,7 +312,7 @@ FROZEN_TIMEOUT = 10  # seconds, as in tests/trainer/test_peer_lost_processes.py:
 
 def _rank_process(supervisor: Supervisor, pod: str, rank: int) -> int | None:
     """The trainer process of global `rank` under a pod (torchrun starts it in a session of its own)."""
-    from infra.offline.local.scheduler import descendants
+    from infra.offline.local.supervisor import descendants
 
     run = supervisor.procs[pod]
     if run.proc is None:
@@ -390,3 +392,47 @@ def test_bad_data_under_exit_code_fails_at_once_with_no_retry(tmp_path):
     assert not ok
     assert "exited with 3 (no retry for this exit code)" in reason and "trainer: data:" in reason
     assert "restarting" not in output
+
+
+def test_train_limit_reaches_the_training_pods_only_and_says_so(tmp_path, monkeypatch):
+    """`--train-limit N` as `run_rendering` plans the dev stack: the training job's pods pass the
+    trainer's own flag, the seed Job's pod does not, and one line says the accuracy is not the stack's."""
+    from infra.offline.local import stack
+    from infra.offline.local.supervisor import JobResult
+    from infra.offline.manifest import render
+    from infra.offline.stackconfig import load_stack
+
+    started: list[JobPlan] = []
+
+    def record(job, timeout, out):  # the planned pods as they would start; the seed "succeeds"
+        started.append(job)
+        return job, JobResult(job.kind == "job", "recorded, not run", 0.0)
+
+    monkeypatch.setattr(stack, "run_plan", record)
+    out = io.StringIO()
+    keys = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"}
+    stack.run_rendering(render(load_stack("dev")), tmp_path, 60, keys, out, train_limit=256)
+    seed, training = started
+    assert (seed.job_name, training.job_name) == ("ddp-mnist-seed", "mnist-r1")
+    assert not any(a.startswith("--train-limit") for pod in seed.pods for a in pod.argv)
+    assert [pod.argv[-1] for pod in training.pods] == ["--train-limit=256"] * 2
+    assert out.getvalue() == (
+        "[local] --train-limit: the trainer uses only the first 256 of 60000 training images "
+        "(a quick wiring check), so its accuracy is not the stack's\n"
+    )
+
+
+def test_train_limit_must_be_at_least_one(capsys):
+    from infra.offline.local.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--stack", "dev", "--train-limit", "0"])
+    assert stopped.value.code == 2
+    assert "argument --train-limit: 0 is not at least 1" in capsys.readouterr().err
+
+
+def test_the_training_set_size_is_the_trainer_s():
+    from infra.offline.local.adjust import MNIST_TRAIN_IMAGES
+    from trainer.finished import MNIST_TRAIN_IMAGES as TRAINER_S
+
+    assert MNIST_TRAIN_IMAGES == TRAINER_S

@@ -17,7 +17,8 @@ import pytest
 
 from infra.offline.local.plan import JobPlan
 from infra.offline.local.s3 import free_port, local_s3
-from infra.offline.local.scheduler import Supervisor, plan_stack
+from infra.offline.local.supervisor import Supervisor
+from infra.offline.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 
 pytestmark = pytest.mark.slow  # local runs of the trainer

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.offline.local.s3 import local_s3
-from infra.offline.local.scheduler import run_rendering
+from infra.offline.local.stack import run_rendering
 from tests.infra.conftest import render_config
 
 pytestmark = pytest.mark.slow  # local runs with the S3 stand-in and the trainer

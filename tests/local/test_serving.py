@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from infra.offline.cluster import cluster_view
-from infra.offline.local import scheduler
+from infra.offline.local import cli
 from infra.offline.local.serve import (
     LocalDeployment,
     ServeFailed,
@@ -27,6 +27,9 @@ from infra.offline.local.serve import (
     load_test_set,
     local_service,
 )
+from infra.offline.local.serve_stack import ServeOptions, serve_model
+from infra.offline.local.stack import run_rendering
+from infra.offline.local.workloads import plan_workloads
 from infra.offline.manifest import render
 from infra.offline.stackconfig import load_stack
 from tests.infra.conftest import render_config
@@ -72,7 +75,7 @@ def _plan(model: Path, version: str) -> ServerPlan:
 def _stack_with_model(model: Path, root: Path, values: dict | None = None):
     """A stack serving from the checkpoint PVC, its run's output directory holding `model`'s files."""
     rendering = render_config({**SERVE_PVC, **(values or {})})
-    job = scheduler.plan_workloads(rendering, root, {})[-1]
+    job = plan_workloads(rendering, root, {})[-1]
     assert job.output_dir is not None
     shutil.copytree(model, job.output_dir, dirs_exist_ok=True)
     pods = cluster_view(rendering.objects, rendering.settings).admission.pods
@@ -82,7 +85,7 @@ def _stack_with_model(model: Path, root: Path, values: dict | None = None):
 def test_served_accuracy_equals_the_trainers_own_and_the_server_stops_on_sigterm(model_a, tmp_path):
     rendering, pods, job = _stack_with_model(model_a, tmp_path)
     out = io.StringIO()
-    scheduler.serve_model(rendering, pods, tmp_path, {}, job, out, scheduler.ServeOptions(port=0))
+    serve_model(rendering, pods, tmp_path, {}, job, out, ServeOptions(port=0))
     output = out.getvalue()
     trained = json.loads((model_a / "metrics.json").read_text())["final_test_accuracy"]
     correct = round(trained * 10000)
@@ -106,9 +109,7 @@ def test_a_served_accuracy_other_than_the_trainers_fails_the_run(model_b, tmp_pa
     rendering, pods, job = _stack_with_model(model_b, tmp_path)
     (job.output_dir / "metrics.json").write_text(json.dumps({"final_test_accuracy": 0.9999}))
     with pytest.raises(ServeFailed, match=r"^served accuracy \d+/10000 differs from the trainer's") as failed:
-        scheduler.serve_model(
-            rendering, pods, tmp_path, {}, job, io.StringIO(), scheduler.ServeOptions(port=0)
-        )
+        serve_model(rendering, pods, tmp_path, {}, job, io.StringIO(), ServeOptions(port=0))
     assert "\n" not in str(failed.value)
 
 
@@ -118,7 +119,7 @@ def test_a_model_failing_its_checksum_is_never_ready_and_fails_the_run_in_one_li
     model.write_bytes(model.read_bytes()[:-1] + b"x")
     out = io.StringIO()
     with pytest.raises(ServeFailed) as failed:
-        scheduler.serve_model(rendering, pods, tmp_path, {}, job, out, scheduler.ServeOptions(port=0))
+        serve_model(rendering, pods, tmp_path, {}, job, out, ServeOptions(port=0))
     message = str(failed.value)
     assert "\n" not in message
     assert message.startswith("server pod mnist-serve-r1-0 exited with 3 before it was Ready: ")
@@ -130,8 +131,8 @@ def test_a_model_failing_its_checksum_is_never_ready_and_fails_the_run_in_one_li
         raise ServeFailed(message)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(scheduler, "run_stack", fail)
-        assert scheduler.main(["--stack", "dev"]) == scheduler.EXIT_FAILED
+        patch.setattr(cli, "run_stack", fail)
+        assert cli.main(["--stack", "dev"]) == cli.EXIT_FAILED
     assert capsys.readouterr().err == f"local: {message}\n"
 
 
@@ -185,23 +186,15 @@ def test_rollout_to_a_new_model_never_leaves_the_service_without_a_ready_server(
     assert versions[-3:] == ["B"] * 3  # once A left the Service, only B answers
 
 
-def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_path, monkeypatch):
+def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_path):
     """`make run`'s stack (small epochs): seed, train, export to the S3 stand-in, serve from it."""
-    planned = scheduler.plan_workloads
-
-    def small(*args, **kwargs):
-        plans = planned(*args, **kwargs)
-        for pod in plans[-1].pods:
-            pod.argv.append("--train-limit=512")  # two steps an epoch: the serving path is under test
-        return plans
-
-    monkeypatch.setattr(scheduler, "plan_workloads", small)
     out = io.StringIO()
-    job, result = scheduler.run_rendering(
-        render(load_stack("dev")), tmp_path, 600, {}, out, serving=scheduler.ServeOptions(port=0)
+    job, result = run_rendering(  # two steps an epoch: the serving path is under test
+        render(load_stack("dev")), tmp_path, 600, {}, out, serving=ServeOptions(port=0), train_limit=512
     )
     output = out.getvalue()
     assert result.succeeded, output[-4000:]
+    assert "[local] --train-limit: the trainer uses only the first 512 of 60000 training images" in output
     trained = json.loads((job.output_dir / "metrics.json").read_text())["final_test_accuracy"]
     correct = round(trained * 10000)
     assert f"served accuracy {correct / 100:.2f}% ({correct}/10000 test images over HTTP" in output

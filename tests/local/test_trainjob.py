@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from infra.offline.local.plan import JobPlan, RestartRule
-from infra.offline.local.scheduler import Supervisor, plan_stack, run_plan
+from infra.offline.local.stack import run_plan
+from infra.offline.local.supervisor import Supervisor
+from infra.offline.local.workloads import plan_stack
 from infra.offline.manifest import Rendering
 from tests.infra.conftest import render_config
 

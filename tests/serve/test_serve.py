@@ -423,25 +423,19 @@ def test_a_malformed_request_line_gets_a_json_error(server: ServeProcess) -> Non
 
 
 def test_the_server_imports_nothing_the_image_lacks() -> None:
-    """trainer/serve.py imports the standard library, torch and the trainer package only (boto3
+    """trainer/serve/ imports the standard library, torch and the trainer package only (boto3
     comes through trainer.s3 for s3:// models): the image installs nothing more for serving."""
     import ast
     import sys
 
     from tests.serve.conftest import REPO_ROOT
 
-    tree = ast.parse((REPO_ROOT / "trainer" / "serve.py").read_text())
-    imported = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    imported |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
+    modules = sorted((REPO_ROOT / "trainer" / "serve").glob("*.py"))
+    assert {m.name for m in modules} >= {"__main__.py", "cli.py", "load.py", "protocol.py", "server.py"}
+    nodes = [node for module in modules for node in ast.walk(ast.parse(module.read_text()))]
+    imported = {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module for node in nodes if isinstance(node, ast.ImportFrom) and node.module}
+    imported = {name.split(".")[0] for name in imported}
     assert imported - set(sys.stdlib_module_names) == {"trainer", "torch"}
 
 
@@ -458,7 +452,7 @@ def test_the_readme_exit_codes_and_flags_are_the_server_s() -> None:
     every flag of ``--help`` is named."""
     import re
 
-    from trainer import serve
+    from trainer.serve import cli as serve
 
     section = readme_section()
     rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE)
@@ -473,7 +467,8 @@ def test_the_readme_exit_codes_and_flags_are_the_server_s() -> None:
 
 
 def test_the_file_names_are_the_trainer_s() -> None:
-    from trainer import data, metrics, serve
+    from trainer import data, metrics
+    from trainer.serve import config as serve
 
     assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, data.SUMS_FILE)
 

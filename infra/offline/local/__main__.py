@@ -1,7 +1,7 @@
-"""`python -m infra.offline.local --stack NAME`: see `infra.offline.local.scheduler`."""
+"""`python -m infra.offline.local --stack NAME`: see `infra.offline.local.cli`."""
 
 import sys
 
-from infra.offline.local.scheduler import main
+from infra.offline.local.cli import main
 
 sys.exit(main())

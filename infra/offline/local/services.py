@@ -1,0 +1,79 @@
+"""Local stand-ins for the cluster services a stack's pods use: its S3 endpoint (MinIO in the
+cluster) becomes a SeaweedFS server on 127.0.0.1 (`infra.offline.local.s3`) with keys made for the
+run, its bucket filled with MNIST once, as someone does for the cluster's MinIO.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from infra.offline.local.plan import PlanError
+from infra.offline.local.s3 import LocalS3Error, local_s3
+from infra.offline.manifest import Rendering
+from infra.offline.stackconfig import ROOT
+from infra.program.settings import Settings
+
+SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
+
+
+def uses_stack_s3(settings: Settings) -> bool:
+    return bool(settings.minio_endpoint) and (
+        settings.job_data_source == "s3"
+        or (settings.seeds_data and settings.seed_source == "s3")
+        or settings.job_model_export
+    )
+
+
+@contextlib.contextmanager
+def local_services(
+    rendering: Rendering, root: Path, overrides: dict[str, str], out: TextIO
+) -> Iterator[dict[str, str]]:
+    """Stand-ins for the cluster services the stack uses, as env overrides for its pods; says so."""
+    settings = rendering.settings
+    if not uses_stack_s3(settings) or "AWS_ENDPOINT_URL" in overrides:
+        yield {}
+        return
+    try:
+        with local_s3(root / "s3") as s3:
+            scheme = "https" if settings.minio_tls else "http"
+            print(
+                f"[local] S3 endpoint {scheme}://{settings.minio_endpoint} is a local stand-in here: "
+                f"SeaweedFS at {s3.endpoint} (data in {root / 's3'}), with keys made for this run in place "
+                "of the stack's Secret",
+                file=out,
+                flush=True,
+            )
+            if settings.seeds_data and settings.seed_source == "s3" or settings.job_data_source == "s3":
+                fill_bucket(settings, s3.env(), out)
+            yield s3.env()
+    except LocalS3Error as exc:
+        raise PlanError(f"the stack's S3 endpoint needs a local stand-in: {exc}") from None
+
+
+def fill_bucket(settings: Settings, env: dict[str, str], out: TextIO) -> None:
+    """Put MNIST in the stand-in's bucket once (what someone does for the cluster's MinIO), from
+    ../shared/data/mnist when present, else from the stack's HTTPS mirrors."""
+    target = f"s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/")
+    if SHARED_MNIST.is_dir():
+        source = [f"--from={SHARED_MNIST}"]
+    else:
+        source = [f"--mirror={url}" for url in settings.seed_mirrors]
+    seeded = subprocess.run(
+        [sys.executable, "-m", "trainer.seed", *source, f"--to={target}"],
+        cwd=ROOT,
+        env={**os.environ, **env, "AWS_REGION": settings.minio_region},
+        capture_output=True,
+        text=True,
+    )
+    for line in (seeded.stdout + seeded.stderr).splitlines():
+        print(f"[local] {line}", file=out, flush=True)
+    if seeded.returncode != 0:
+        raise PlanError(
+            f"could not fill the local S3 bucket {target} (trainer.seed exited {seeded.returncode})"
+        )

@@ -1,0 +1,98 @@
+"""A stack's workloads run here, one after another in dependency order, each to its end: the seed
+Job, then the training job (stopping at the first failure), then the model server if the stack has
+one. Each workload's pods are listed as it starts and its result is said in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from infra.offline.local.adjust import check_gpus, limit_training, on_cpu
+from infra.offline.local.plan import JobPlan
+from infra.offline.local.serve import server_pods
+from infra.offline.local.serve_stack import ServeOptions, serve_model
+from infra.offline.local.services import local_services
+from infra.offline.local.supervisor import JobResult, Supervisor
+from infra.offline.local.workloads import admitted, plan_workloads
+from infra.offline.manifest import Rendering, render
+from infra.offline.stackconfig import load_stack
+
+
+def run_stack(
+    stack_name: str,
+    workdir: Path,
+    timeout: float,
+    overrides: dict[str, str],
+    out: TextIO = sys.stdout,
+    cpu: bool = False,
+    serving: ServeOptions | None = None,
+    train_limit: int = 0,
+) -> tuple[JobPlan, JobResult]:
+    """Every workload of the stack, in dependency order, each to its end; stops at the first failure.
+    Then the model server, if the stack has one. `train_limit` > 0: the trainer uses only the first
+    `train_limit` training images."""
+    rendering = render(load_stack(stack_name))
+    if not cpu:
+        check_gpus(stack_name, rendering.settings)
+    return run_rendering(rendering, workdir / stack_name, timeout, overrides, out, cpu, serving, train_limit)
+
+
+def run_rendering(
+    rendering: Rendering,
+    root: Path,
+    timeout: float,
+    overrides: dict[str, str],
+    out: TextIO = sys.stdout,
+    cpu: bool = False,
+    serving: ServeOptions | None = None,
+    train_limit: int = 0,
+) -> tuple[JobPlan, JobResult]:
+    """`run_stack` for a rendering already made (tests render edited configs through here). Raises
+    ServeFailed when the job succeeded but its server did not serve the trainer's accuracy."""
+    view = admitted(rendering)  # admission first: a refused pod starts nothing
+    with local_services(rendering, root, overrides, out) as service_env:
+        plans = plan_workloads(rendering, root, {**service_env, **overrides})
+        if cpu:
+            on_cpu(plans[-1], rendering.settings, out)
+        if train_limit:
+            limit_training(plans[-1], train_limit, out)
+        for job in plans:
+            job, result = run_plan(job, timeout, out)
+            if not result.succeeded:
+                break
+        if result.succeeded and server_pods(view.admission.pods):
+            serve_model(rendering, view.admission.pods, root, {**service_env, **overrides}, job, out, serving)
+    return job, result
+
+
+def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
+    """Runs an already planned workload (tests plan edited renderings through here)."""
+    for pod in job.pods:
+        init = ", ".join(c.name for c in pod.init)
+        line = f"[local] {job.kind} {job.job_name}: pod {pod.name}, node rank {pod.index}"
+        if init:
+            line += f"; init containers {init} first (their DNS lookups: a local stand-in for cluster DNS)"
+        print(line, file=out, flush=True)
+    result = Supervisor(job, out).run(timeout)
+    report(job, result, out)
+    return job, result
+
+
+def report(job: JobPlan, result: JobResult, out: TextIO) -> None:
+    """One line: the job's status and time; its failure, or its test accuracy and model file."""
+    status = "Succeeded" if result.succeeded else "Failed"
+    line = f"[local] job {job.job_name} {status} after {result.seconds:.1f}s"
+    if not result.succeeded:
+        print(f"{line}: {result.reason}", file=out, flush=True)
+        return
+    output = job.output_dir
+    if output is not None and (output / "metrics.json").is_file():
+        metrics = json.loads((output / "metrics.json").read_text())
+        accuracy = metrics.get("final_test_accuracy")
+        if isinstance(accuracy, float) and accuracy <= 1:
+            accuracy *= 100
+        line += f": test accuracy {accuracy:.2f}%, model {output / 'model.pt'}"
+    print(line, file=out, flush=True)

@@ -1,0 +1,240 @@
+"""``python -m trainer.serve``: the trained model behind the Open Inference Protocol (KServe V2) over REST.
+
+Usage (the serving pods run exactly this, in the trainer image)::
+
+    python -m trainer.serve --model-uri URI [--model-name mnist] [--model-version RUN_ID]
+                            [--host 0.0.0.0] [--port 8080] [--max-batch 256]
+                            [--max-body-bytes 16777216] [--request-timeout 120] [--threads 0]
+
+``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
+model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, as for the trainer) or a directory
+holding model.pt and SHA256SUMS, e.g. a run's output directory on the checkpoint volume mounted
+read-only at ``/checkpoints/<job>`` (the trainer writes a SHA256SUMS of model.pt beside it).
+
+Start-up: the port opens first (live, not ready) and the model loads in the background, so a
+readiness probe keeps the pod out of rotation until the checksum is verified. When the model is
+ready, one line says so (model, version, where from, its sha256 verified, the address). A model that
+cannot be loaded ends the process with one line on stderr and an exit code, so the pod restarts and
+reads the model, and the Secret's keys, again (a fixed upload or key is picked up; a checksum
+mismatch never serves):
+
+====  =====================================================================
+code  meaning
+====  =====================================================================
+0     stopped by SIGTERM or SIGINT
+1     internal error (a bug)
+2     bad flags
+3     model missing or corrupt: no model.pt or SHA256SUMS, SHA256SUMS does not list model.pt,
+      sha256 mismatch, or model.pt is not this model's state_dict
+4     S3 credentials missing or rejected
+5     S3 endpoint unreachable
+8     cannot listen on --host/--port (address in use, not permitted)
+====  =====================================================================
+
+The parts are listed in :mod:`trainer.serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any, NoReturn
+
+from trainer.errors import (
+    EXIT_DATA,
+    EXIT_INTERNAL,
+    EXIT_S3_CREDENTIALS,
+    EXIT_S3_UNREACHABLE,
+    EXIT_USAGE,
+    TrainerError,
+    write_line,
+)
+from trainer.serve.config import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_PORT,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    PROG,
+    SUMS_FILE,
+    ServeConfig,
+)
+from trainer.serve.load import load_module, read_model_files, verify
+from trainer.serve.protocol import Model
+from trainer.serve.server import EXIT_LISTEN, ServeError, open_server
+
+# Every exit code of the process and its short meaning (the README's table is kept in step by a test).
+EXIT_CODE_MEANINGS = {
+    0: "stopped by SIGTERM or SIGINT",
+    EXIT_INTERNAL: "internal error",
+    EXIT_USAGE: "bad flags",
+    EXIT_DATA: "model missing or corrupt",
+    EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
+    EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
+    EXIT_LISTEN: "cannot listen",
+}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{PROG}: usage: {message} (see 'python -m trainer.serve --help')\n")
+        sys.exit(EXIT_USAGE)
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive(text: str) -> int:
+    value = integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
+def port_number(text: str) -> int:
+    value = positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (1-65535)")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(
+        prog="python -m trainer.serve",
+        description="Serve the trained MNIST model over the Open Inference Protocol (KServe V2 REST).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--model-uri",
+        required=True,
+        help="s3://BUCKET/PREFIX/ of an export, or a directory holding model.pt and SHA256SUMS",
+    )
+    parser.add_argument("--model-name", default="mnist", help="the model's name in the URL paths")
+    parser.add_argument("--model-version", default="1", help="the model's version (the run id)")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="port to listen on")
+    parser.add_argument(
+        "--max-batch", type=positive, default=DEFAULT_MAX_BATCH, help="most images in one request"
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=positive,
+        default=DEFAULT_MAX_BODY_BYTES,
+        help="largest request body; a bigger Content-Length gets 413 unread",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=positive,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a connection may stay idle or take to send its body (then 408 and closed)",
+    )
+    parser.add_argument(
+        "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
+    )
+    return parser
+
+
+def parse_config(argv: list[str] | None = None) -> ServeConfig:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag, value in (("--model-name", args.model_name), ("--model-version", args.model_version)):
+        if not value or "/" in value or value != value.strip():
+            parser.error(f"argument {flag}: {value!r} must be non-empty, without '/' or spaces around it")
+    if args.model_uri.startswith("s3://") and not args.model_uri.removeprefix("s3://").strip("/"):
+        parser.error(f"argument --model-uri: {args.model_uri!r} names no bucket")
+    return ServeConfig(
+        model_uri=args.model_uri,
+        model_name=args.model_name,
+        model_version=args.model_version,
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        max_body_bytes=args.max_body_bytes,
+        threads=args.threads,
+        request_timeout=args.request_timeout,
+    )
+
+
+def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) -> None:
+    """Read, verify and load the model; on failure record the exit code and ask the process to stop."""
+    config = model.config
+    try:
+        import torch
+
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        model_bytes, sums_text, where = read_model_files(config.model_uri)
+        sha256 = verify(model_bytes, sums_text, where)
+        model.module = load_module(model_bytes, where)
+        model.sha256 = sha256
+    except TrainerError as error:
+        write_line(error.one_line(PROG))
+        outcome.append(error.exit_code)
+        stop.set()
+        return
+    except BaseException as error:
+        write_line(f"{PROG}: internal error loading the model: {type(error).__name__}: {error}")
+        outcome.append(EXIT_INTERNAL)
+        stop.set()
+        return
+    model.loaded.set()
+    write_line(
+        f"{PROG}: serving model {config.model_name} version {config.model_version} from {where} "
+        f"(model.pt sha256 {sha256} verified against {SUMS_FILE}) on {address}",
+        sys.stdout,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_config(argv)
+    model = Model(config)
+    try:
+        server = open_server(config, model)
+    except ServeError as error:
+        write_line(error.one_line(PROG))
+        return error.exit_code
+    address = f"http://{config.host}:{server.server_port}"
+    stop = threading.Event()
+    outcome: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        outcome.append(0)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    threading.Thread(target=load, args=(model, address, stop, outcome), name="load", daemon=True).start()
+    while not stop.wait(0.5):
+        pass
+    server.shutdown()
+    server.server_close()
+    return outcome[0] if outcome else 0
+
+
+def run_as_process(argv: list[str] | None = None) -> NoReturn:
+    """:func:`main`, then end without interpreter finalization (a loader thread may still hold torch)."""
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else EXIT_INTERNAL)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = EXIT_INTERNAL
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

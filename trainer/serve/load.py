@@ -1,0 +1,80 @@
+"""The model the server serves: model.pt and SHA256SUMS read from a directory or an S3 export,
+model.pt's sha256 checked against SHA256SUMS, and the state_dict loaded into the model (no pickled
+code). Every failure is a DataError (exit 3) or the S3 client's own error (exits 4, 5) in one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import DataError
+from trainer.serve.config import MODEL_FILE, SUMS_FILE
+
+
+def read_model_files(uri: str) -> tuple[bytes, str, str]:
+    """model.pt's bytes, the SHA256SUMS text and where they came from (for messages)."""
+    if uri.startswith("s3://"):
+        return read_from_s3(uri)
+    directory = Path(uri)
+    files: dict[str, bytes] = {}
+    for name in (SUMS_FILE, MODEL_FILE):
+        try:
+            files[name] = (directory / name).read_bytes()
+        except FileNotFoundError:
+            raise DataError(
+                f"{directory / name} not found; serve a finished run's output directory"
+            ) from None
+        except OSError as error:
+            raise DataError(f"{directory / name}: cannot read ({error.strerror})") from None
+    return files[MODEL_FILE], files[SUMS_FILE].decode(errors="replace"), str(directory)
+
+
+def read_from_s3(uri: str) -> tuple[bytes, str, str]:
+    from trainer.s3 import S3Location, make_client, read_object
+
+    location = S3Location.parse(uri)
+    client = make_client()
+    files: dict[str, bytes] = {}
+    for name in (SUMS_FILE, MODEL_FILE):
+        data = read_object(client, location, name)
+        if data is None:
+            raise DataError(f"{location.url(name)} not found; export the run with --export-to {uri}")
+        files[name] = data
+    return files[MODEL_FILE], files[SUMS_FILE].decode(errors="replace"), location.url().rstrip("/") + "/"
+
+
+def verify(model_bytes: bytes, sums_text: str, where: str) -> str:
+    """model.pt's sha256, after checking it against SHA256SUMS; a DataError otherwise."""
+    from trainer.data import parse_sums
+
+    sums_where = f"{where.rstrip('/')}/{SUMS_FILE}"
+    expected = parse_sums(sums_text, sums_where).get(MODEL_FILE)
+    if expected is None:
+        raise DataError(f"{sums_where} does not list {MODEL_FILE}")
+    actual = hashlib.sha256(model_bytes).hexdigest()
+    if actual != expected:
+        raise DataError(
+            f"{where.rstrip('/')}/{MODEL_FILE}: sha256 {actual} does not match {SUMS_FILE} ({expected}); "
+            "the model is corrupt or was replaced, export it again"
+        )
+    return actual
+
+
+def load_module(model_bytes: bytes, where: str) -> Any:
+    """The model in eval mode on CPU (channels-last) from a state_dict, loaded without pickled code."""
+    import torch
+
+    from trainer.model import MnistCNN
+
+    try:
+        state = torch.load(io.BytesIO(model_bytes), map_location="cpu", weights_only=True)
+        module = MnistCNN()
+        module.load_state_dict(state)
+    except Exception as error:  # any unpickling or key/shape mismatch: the file is not this model
+        text = " ".join(str(error).split())[:200]
+        raise DataError(f"{where.rstrip('/')}/{MODEL_FILE} is not this model's state_dict ({text})") from None
+    module.eval()
+    return module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

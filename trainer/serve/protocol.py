@@ -1,0 +1,171 @@
+"""The Open Inference Protocol (KServe V2) for this model: its metadata, an inference request checked
+and turned into the model's input batch, and the response.
+
+The one input, ``images``, is ``UINT8 [N, 28, 28]`` (pixels 0-255, as in the MNIST files) or
+``FP32 [N, 1, 28, 28]`` (the model's own input: pixels scaled to [0, 1], then normalised with the
+MNIST mean 0.1307 and std 0.3081), its ``data`` flattened row-major (nested lists are accepted too).
+The outputs are ``probabilities`` (``FP32 [N, 10]``, softmax) and ``labels`` (``INT64 [N]``); a
+request's ``outputs`` selects and orders them, and its ``id`` is returned (one is made when absent).
+Anything else is an HttpError: its status and one line for ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import uuid
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.serve.config import ServeConfig
+
+INPUT_NAME = "images"
+OUTPUTS = ("probabilities", "labels")
+CLASSES = 10
+# The accepted input layouts: datatype -> (shape after the batch dimension, array typecode).
+INPUT_LAYOUTS: dict[str, tuple[tuple[int, ...], str]] = {
+    "UINT8": ((28, 28), "B"),
+    "FP32": ((1, 28, 28), "f"),
+}
+
+
+class HttpError(Exception):
+    """A request the server refuses: its status and one line for ``{"error": ...}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = " ".join(message.split())
+
+
+@dataclass
+class Model:
+    """What the handlers share: the config, and the module once it is loaded and verified."""
+
+    config: ServeConfig
+    module: Any = None
+    sha256: str = ""
+    loaded: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ready(self) -> bool:
+        return self.loaded.is_set()
+
+    def metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.config.model_name,
+            "versions": [self.config.model_version],
+            "platform": "pytorch",
+            "inputs": [{"name": INPUT_NAME, "datatype": "UINT8", "shape": [-1, 28, 28]}],
+            "outputs": [
+                {"name": "probabilities", "datatype": "FP32", "shape": [-1, CLASSES]},
+                {"name": "labels", "datatype": "INT64", "shape": [-1]},
+            ],
+        }
+
+    def infer(self, request: Any) -> dict[str, Any]:
+        """The V2 inference response for a decoded request body, or an HttpError."""
+        import torch
+
+        if not isinstance(request, dict):
+            raise HttpError(400, "the request body must be a JSON object")
+        wanted = requested_outputs(request.get("outputs"))
+        images = input_tensor(request.get("inputs"), self.config.max_batch)
+        with torch.inference_mode():
+            probabilities = torch.softmax(self.module(images), dim=1)
+        rows = probabilities.shape[0]
+        tensors = {
+            "probabilities": {
+                "name": "probabilities",
+                "datatype": "FP32",
+                "shape": [rows, CLASSES],
+                "data": probabilities.reshape(-1).tolist(),
+            },
+            "labels": {
+                "name": "labels",
+                "datatype": "INT64",
+                "shape": [rows],
+                "data": probabilities.argmax(dim=1).tolist(),
+            },
+        }
+        request_id = request.get("id")
+        return {
+            "model_name": self.config.model_name,
+            "model_version": self.config.model_version,
+            "id": request_id if isinstance(request_id, str) else str(uuid.uuid4()),
+            "outputs": [tensors[name] for name in wanted],
+        }
+
+
+def requested_outputs(outputs: Any) -> list[str]:
+    if outputs is None:
+        return list(OUTPUTS)
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        raise HttpError(400, "'outputs' must be a list of objects with a 'name'")
+    names = [o.get("name") for o in outputs]
+    for name in names:
+        if name not in OUTPUTS:
+            raise HttpError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
+    return names or list(OUTPUTS)
+
+
+def input_tensor(inputs: Any, max_batch: int) -> Any:
+    """The one input as the model's float32 ``[N, 1, 28, 28]`` channels-last batch."""
+    import torch
+
+    from trainer.data import MNIST_MEAN, MNIST_STD
+
+    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+        raise HttpError(400, f"'inputs' must be a list of exactly one input, {INPUT_NAME!r}")
+    tensor = inputs[0]
+    name, datatype, shape = tensor.get("name"), tensor.get("datatype"), tensor.get("shape")
+    if name != INPUT_NAME:
+        raise HttpError(400, f"unknown input {name!r}; this model takes one input, {INPUT_NAME!r}")
+    if datatype not in INPUT_LAYOUTS:
+        raise HttpError(400, f"input {INPUT_NAME!r}: datatype {datatype!r} not accepted; use UINT8 or FP32")
+    image_shape, typecode = INPUT_LAYOUTS[datatype]
+    expected = f"[N, {', '.join(map(str, image_shape))}]"
+    if (
+        not isinstance(shape, list)
+        or len(shape) != 1 + len(image_shape)
+        or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
+        or tuple(shape[1:]) != image_shape
+        or shape[0] < 1
+    ):
+        raise HttpError(400, f"input {INPUT_NAME!r}: shape {shape!r} is not {expected} for {datatype}")
+    batch = shape[0]
+    if batch > max_batch:
+        raise HttpError(400, f"input {INPUT_NAME!r}: batch of {batch} is over the limit of {max_batch}")
+    data = tensor.get("data")
+    if not isinstance(data, list):
+        raise HttpError(400, f"input {INPUT_NAME!r}: 'data' must be a list of numbers")
+    if data and isinstance(data[0], list):
+        data = flatten(data)
+    count = batch * math.prod(image_shape)
+    if len(data) != count:
+        raise HttpError(400, f"input {INPUT_NAME!r}: {len(data)} values for shape {shape} (needs {count})")
+    try:
+        values = array(typecode, data)
+    except (TypeError, OverflowError):
+        kind = "integers 0-255" if datatype == "UINT8" else "numbers"
+        raise HttpError(400, f"input {INPUT_NAME!r}: {datatype} data must be {kind}") from None
+    if datatype == "UINT8":
+        pixels = torch.frombuffer(values, dtype=torch.uint8).reshape(batch, 1, 28, 28)
+        images = pixels.float().div_(255.0).sub_(MNIST_MEAN).div_(MNIST_STD)
+    else:
+        images = torch.frombuffer(values, dtype=torch.float32).reshape(batch, 1, 28, 28)
+        if not bool(torch.isfinite(images).all()):
+            raise HttpError(400, f"input {INPUT_NAME!r}: FP32 data must be finite numbers")
+    return images.contiguous(memory_format=torch.channels_last)
+
+
+def flatten(nested: list[Any]) -> list[Any]:
+    """Row-major flattening of nested lists (the protocol allows either form)."""
+    items: list[Any] = nested
+    while items and isinstance(items[0], list):
+        if not all(isinstance(item, list) for item in items):
+            raise HttpError(400, f"input {INPUT_NAME!r}: 'data' mixes lists and numbers")
+        items = list(itertools.chain.from_iterable(items))
+    return items
