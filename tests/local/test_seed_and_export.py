@@ -36,8 +36,11 @@ DATA = Path("pvc/ddp-mnist-data/mnist/MNIST/raw")
 
 
 def _run(values: dict, root: Path, overrides: dict[str, str] | None = None, timeout: float = 400):
+    """The stack's workloads in order; the trainer on 512 images (two steps an epoch): what is under test
+    is the order, the volumes and the bucket, not the accuracy (tests/local/test_local_scheduler.py)."""
     out = io.StringIO()
-    job, result = run_rendering(render_config({**SMALL, **values}), root, timeout, overrides or {}, out)
+    rendering = render_config({**SMALL, **values})
+    job, result = run_rendering(rendering, root, timeout, overrides or {}, out, train_limit=512)
     return job, result, out.getvalue()
 
 

@@ -7,9 +7,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,9 @@ from tests.serve.conftest import (
     MODEL_VERSION,
     SHARED_MNIST,
     ServeProcess,
+    answers,
     free_port,
+    socket_to,
     start_server,
     subprocess_env,
     wait_ready,
@@ -29,7 +33,7 @@ from tests.serve.conftest import (
 from trainer.data import TEST_IMAGES, TEST_LABELS, find_file, normalise, read_idx
 from trainer.model import MnistCNN
 
-# every test talks to a real model server process; one worker builds the module's trained model and server once
+# every test talks to a real model server process; one worker builds the trained model and server once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve")]
 
 INFER = "/v2/models/mnist/infer"
@@ -509,6 +513,39 @@ def test_a_body_that_never_comes_gets_408_and_the_server_goes_on(trained: Path) 
         good(slow)
     finally:
         code, _, err = slow.stop()
+    assert code == 0 and err == "", err
+
+
+def test_a_request_received_before_sigterm_is_answered_before_the_server_exits(trained: Path) -> None:
+    """A rollout or a deletion sends SIGTERM while requests are in flight: the server takes no new
+    connection but answers the request it is reading (its body still arriving) and only then exits 0."""
+    images, _ = test_images()
+    body = json.dumps(uint8_request(images[:2])).encode()
+    server = start_server(str(trained))
+    try:
+        wait_ready(server)
+        with socket_to(server.port) as sock:
+            head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+            sock.sendall(head.encode() + body[:100])
+            time.sleep(0.5)  # the server is reading the body now
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(1.5)  # well past the stop's first check (every 0.5 s)
+            assert server.process.poll() is None, "the server exited with a request unanswered"
+            assert not answers(server), "a new connection was accepted after SIGTERM"
+            sock.sendall(body[100:])
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+                if b"\r\n\r\n" in reply and len(reply.partition(b"\r\n\r\n")[2]) >= int(
+                    reply.split(b"Content-Length: ", 1)[1].split(b"\r\n", 1)[0]
+                ):
+                    break
+        status = int(reply.split()[1])
+        answer = json.loads(reply.partition(b"\r\n\r\n")[2])
+        labels = next(output for output in answer["outputs"] if output["name"] == "labels")
+        assert status == 200 and len(labels["data"]) == 2, answer
+    finally:
+        code, _, err = server.stop()
     assert code == 0 and err == "", err
 
 

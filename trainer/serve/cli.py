@@ -199,6 +199,11 @@ def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) 
     )
 
 
+# How long a stop waits for the requests being answered: within the kubelet's default grace period
+# (terminationGracePeriodSeconds, 30 s) between SIGTERM and SIGKILL.
+DRAIN_TIMEOUT_S = 20
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
     model = Model(config)
@@ -222,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.wait(0.5):
         pass
     server.shutdown()
+    server.socket.close()  # new connections are refused; the requests already received are answered
+    left = server.drain(DRAIN_TIMEOUT_S)
+    if left:
+        write_line(f"{PROG}: stopping with {left} request(s) unanswered after {DRAIN_TIMEOUT_S} s")
     server.server_close()
     return outcome[0] if outcome else 0
 

@@ -21,8 +21,11 @@ a bug (logged on the server, never sent). The binary tensor extension
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -74,6 +77,10 @@ class Handler(BaseHTTPRequestHandler):
         self.dispatch("DELETE")
 
     def dispatch(self, method: str) -> None:
+        with self.server.answering():
+            self._dispatch(method)
+
+    def _dispatch(self, method: str) -> None:
         self.body_read = False
         try:
             status, body = self.route(method)
@@ -201,9 +208,35 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
-    daemon_threads = True
+    """One thread per connection; counts the requests being answered, so that a stop (SIGTERM: the pod
+    deleted, or replaced by a rollout) answers every request already received before the process ends."""
+
+    daemon_threads = True  # an idle keep-alive connection never holds the process up
     request_queue_size = 128  # the listen backlog (socketserver's default of 5 refuses bursts)
     model: Model
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._in_flight = 0
+        self._idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Around one request, from its first line read to its reply written."""
+        with self._idle:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout: float) -> int:
+        """Wait until no request is being answered (at most `timeout` s); how many still are."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+            return self._in_flight
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that broke mid-request (client gone): one line, the server goes on."""

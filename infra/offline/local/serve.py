@@ -174,11 +174,15 @@ class ServerPod:
 
 class LocalService:
     """A Service stand-in: an HTTP proxy on a fixed loopback port, forwarding each request to one of the
-    Ready backends (round robin); 503 when it has none."""
+    Ready backends (round robin); 503 when it has none. As with a Service's endpoints, a backend taken
+    out stops getting new requests, while the requests already sent to it are answered by it: `remove`
+    returns once they are, so the pod is stopped only then."""
 
     def __init__(self, port: int) -> None:
         self.backends: list[str] = []
         self._turn = itertools.count()
+        self._in_flight: dict[str, int] = {}
+        self._idle = threading.Condition()
         service = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -190,10 +194,14 @@ class LocalService:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                backend = service.pick()
-                if backend is None:
-                    self._answer(503, b'{"error": "no ready endpoint"}', "application/json")
-                    return
+                with service.forwarding() as backend:
+                    if backend is None:
+                        self._answer(503, b'{"error": "no ready endpoint"}', "application/json")
+                        return
+                    status, payload, content_type = self._relay(backend, body)
+                self._answer(status, payload, content_type)
+
+            def _relay(self, backend: str, body: bytes | None) -> tuple[int, bytes, str | None]:
                 conn = http.client.HTTPConnection(backend, timeout=120)
                 try:
                     headers = {
@@ -208,7 +216,7 @@ class LocalService:
                     payload = json.dumps({"error": f"backend {backend}: {error}"}).encode()
                 finally:
                     conn.close()
-                self._answer(status, payload, content_type)
+                return status, payload, content_type
 
             def _answer(self, status: int, body: bytes, content_type: str | None) -> None:
                 self.send_response(status)
@@ -229,15 +237,32 @@ class LocalService:
     def url(self) -> str:
         return f"http://{LOCALHOST}:{self.port}"
 
-    def pick(self) -> str | None:
-        backends = list(self.backends)
-        return backends[next(self._turn) % len(backends)] if backends else None
+    @contextlib.contextmanager
+    def forwarding(self) -> Iterator[str | None]:
+        """The next Ready backend (round robin; None when there is none), counted as busy meanwhile."""
+        with self._idle:
+            backends = self.backends
+            backend = backends[next(self._turn) % len(backends)] if backends else None
+            if backend is not None:
+                self._in_flight[backend] = self._in_flight.get(backend, 0) + 1
+        try:
+            yield backend
+        finally:
+            if backend is not None:
+                with self._idle:
+                    self._in_flight[backend] -= 1
+                    self._idle.notify_all()
 
     def add(self, pod: ServerPod) -> None:
-        self.backends = [*self.backends, f"{LOCALHOST}:{pod.port}"]
+        with self._idle:
+            self.backends = [*self.backends, f"{LOCALHOST}:{pod.port}"]
 
-    def remove(self, pod: ServerPod) -> None:
-        self.backends = [b for b in self.backends if b != f"{LOCALHOST}:{pod.port}"]
+    def remove(self, pod: ServerPod, timeout: float = 120) -> None:
+        """No new request goes to `pod`; returns once those already sent to it are answered."""
+        backend = f"{LOCALHOST}:{pod.port}"
+        with self._idle:
+            self.backends = [b for b in self.backends if b != backend]
+            self._idle.wait_for(lambda: not self._in_flight.get(backend), timeout)
 
     def close(self) -> None:
         self.server.shutdown()
