@@ -88,7 +88,9 @@ def setup(config: TrainConfig, started: float) -> Run:
     dist.init_process_group(env, backend, device, config.dist_timeout)
     seed_everything(config.seed)
     module = build_model(device)
-    model = DistributedDataParallel(module) if env.is_distributed else module
+    # BatchNorm statistics are made rank 0's after each epoch (broadcast_buffers_from_main);
+    # training-mode forwards never read them, so a broadcast per step would change nothing.
+    model = DistributedDataParallel(module, forward_sync_buffers=False) if env.is_distributed else module
     lr = scaled_lr(config.lr, config.lr_scaling, env.world_size)
     optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
@@ -193,7 +195,7 @@ def train(run: Run) -> bool:
         )
         seconds = time.perf_counter() - tick
         dist.broadcast_buffers_from_main(run.module)
-        result = engine.evaluate(run.model, data.test_x, data.test_y, shard)
+        result = engine.evaluate(run.module, data.test_x, data.test_y, shard)
         record = EpochRecord(
             epoch,
             train_loss,
