@@ -57,6 +57,20 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
 
 
 @pytest.mark.slow
+def test_metrics_break_the_run_time_down_by_phase(two_rank_run: tuple[Any, Path]) -> None:
+    result, out = two_rank_run
+    metrics = json.loads((out / "metrics.json").read_text())
+    phases = metrics["phase_seconds"]
+    assert set(phases) == {"imports", "data_load", "rendezvous", "setup", "train", "evaluate", "checkpoint"}
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert phases["train"] == pytest.approx(metrics["train_time_s"])
+    assert sum(phases.values()) < metrics["wall_time_s"]
+    written = (out / "metrics.json").stat().st_mtime  # the trainer's start plus its wall time
+    assert metrics["started_unix"] + metrics["wall_time_s"] == pytest.approx(written, abs=2.0)
+    assert re.search(r"^trainer: time imports=[\d.]+s .* checkpoint=[\d.]+s$", result.stdout, re.MULTILINE)
+
+
+@pytest.mark.slow
 def test_parameters_identical_across_ranks_and_exported(two_rank_run: tuple[Any, Path]) -> None:
     _, out = two_rank_run
     metrics = json.loads((out / "metrics.json").read_text())
