@@ -56,8 +56,10 @@ def train_one_epoch(
     images: torch.Tensor,
     labels: torch.Tensor,
     batches: torch.Tensor,
+    label_smoothing: float = 0.0,
 ) -> float:
-    """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks.
+    """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks
+    (smoothed as trained on, with ``label_smoothing`` > 0).
 
     DDP all-reduces the gradients inside ``backward()``; nothing here touches them.
     """
@@ -66,7 +68,7 @@ def train_one_epoch(
     loss_sum = torch.zeros((), device=images.device)
     for batch in batches:
         logits = model(normalise(images[batch]))
-        loss = nn.functional.cross_entropy(logits, labels[batch])
+        loss = nn.functional.cross_entropy(logits, labels[batch], label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -207,7 +207,13 @@ def train(run: Run) -> bool:
         )
         with run.clock.phase("train") as lap:
             train_loss = engine.train_one_epoch(
-                run.model, run.optimizer, run.scheduler, data.train_x, data.train_y, batches
+                run.model,
+                run.optimizer,
+                run.scheduler,
+                data.train_x,
+                data.train_y,
+                batches,
+                config.label_smoothing,
             )
         with run.clock.phase("evaluate"):
             dist.broadcast_buffers_from_main(run.module)

@@ -13,8 +13,10 @@ import torch
 
 from trainer.model import MnistCNN, state_dict_sha256
 
-# What one epoch of the default settings really reaches on 2 ranks is ~99.0%; keep a margin.
-ONE_EPOCH_MIN_ACCURACY = 0.985
+# One epoch of the default settings (seed 0) reaches 99.21% on 2 ranks; seeds 1 and 2 99.29% and 99.22%.
+ONE_EPOCH_MIN_ACCURACY = 0.99
+# The per-rank memory goal of the default run (issue #19).
+PEAK_RSS_MIB_LIMIT = 700
 EPOCH_LINE = re.compile(
     r"^trainer: epoch (\d+)/(\d+) loss=([\d.]+) test_loss=([\d.]+) test_acc=([\d.]+)% "
     r"samples/s=(\d+) elapsed=([\d.]+)s$",
@@ -48,12 +50,12 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["final_test_accuracy"] >= ONE_EPOCH_MIN_ACCURACY
     assert metrics["world_size"] == 2
-    assert (metrics["per_rank_batch"], metrics["global_batch"]) == (128, 256)
-    assert metrics["steps_per_epoch"] == 234
+    assert (metrics["per_rank_batch"], metrics["global_batch"]) == (64, 128)
+    assert metrics["steps_per_epoch"] == 468
     assert [h["epoch"] for h in metrics["history"]] == [1]
     assert metrics["samples_per_s"] > 0
     assert len(metrics["peak_rss_mib_per_rank"]) == 2
-    assert all(0 < rss < 1024 for rss in metrics["peak_rss_mib_per_rank"])
+    assert all(0 < rss <= PEAK_RSS_MIB_LIMIT for rss in metrics["peak_rss_mib_per_rank"])
 
 
 @pytest.mark.slow
