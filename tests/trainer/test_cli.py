@@ -90,6 +90,7 @@ def test_help_documents_every_flag() -> None:
         "--dist-timeout",
         "--train-limit",
         "--weight-decay",
+        "--label-smoothing",
         "--export-to",
     ):
         assert flag in text
@@ -100,10 +101,12 @@ def test_help_states_each_default_once(procs: Any) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     flags = [action for action in build_parser()._actions if action.default is not argparse.SUPPRESS]
-    assert text.count("(default: ") == len(flags) == 16
+    assert text.count("(default: ") == len(flags) == 17
     assert "(default: None)" not in text
     assert "where metrics.json and the final model.pt go (default: the checkpoint dir) --epochs" in text
     assert "(default: ./checkpoints)" in text and "(default: ./.cache/mnist)" in text
+    assert "epochs to train in total (default: 1)" in text
+    assert "the test loss is plain cross-entropy (default: 0.1)" in text
 
 
 def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None:
