@@ -86,7 +86,7 @@ def test_parameters_identical_across_ranks_and_exported(two_rank_run: tuple[Any,
 @pytest.mark.slow
 def test_evaluation_covers_all_10000_test_images(two_rank_run: tuple[Any, Path], mnist_root: Path) -> None:
     """Re-evaluating the exported model on one process gives the accuracy the ranks reported."""
-    from trainer.data import load_mnist
+    from trainer.data import load_mnist, normalise
 
     _, out = two_rank_run
     metrics = json.loads((out / "metrics.json").read_text())
@@ -95,7 +95,7 @@ def test_evaluation_covers_all_10000_test_images(two_rank_run: tuple[Any, Path],
     data = load_mnist(mnist_root, torch.device("cpu"), train_limit=1)
     with torch.no_grad():
         correct = sum(
-            int((model(x).argmax(1) == y).sum())
+            int((model(normalise(x)).argmax(1) == y).sum())
             for x, y in zip(data.test_x.split(2000), data.test_y.split(2000), strict=True)
         )
     assert correct / 10000 == pytest.approx(metrics["final_test_accuracy"], abs=1e-4)

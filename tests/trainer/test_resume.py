@@ -159,7 +159,7 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     """The same checkpoint dir with another schedule (an edit of epochs under the same run id) is a
     fresh run that says so, not a crash loop; the old schedule's files are kept, never resumed."""
     ckpt = tmp_path / "ckpt"
-    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
+    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512", "--batch-size=256"]
     assert procs.run("trainer", [*base, "--epochs=1"]).returncode == 0
     old = {name: (ckpt / name).read_bytes() for name in ("ckpt-epoch-0001.pt", "metrics.json", "model.pt")}
     again = procs.run("trainer", [*base, "--epochs=2"])
