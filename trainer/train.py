@@ -157,7 +157,14 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     state = checkpoint.decode(payload, run.device)
     total_steps = run.plan.steps_per_epoch * run.config.epochs
     if state["total_steps"] != total_steps:
-        return superseded(run, path, state, total_steps)
+        why = (
+            f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
+            f"(--epochs={state['epochs']}), this run has {total_steps}"
+        )
+        return superseded(run, state, why, "that schedule's")
+    if not model_fits(run.module, state["model"]):
+        why = f"model changed: {path} holds parameters of another model (names or shapes differ)"
+        return superseded(run, state, why, "that model's")
     run.module.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
@@ -169,9 +176,16 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     return state["epoch"], [EpochRecord(**record) for record in state["history"]]
 
 
-def superseded(run: Run, path: str, state: dict[str, Any], total_steps: int) -> tuple[int, list[EpochRecord]]:
-    """The newest checkpoint has another schedule: rank 0 moves that schedule's files aside, and
-    every rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
+def model_fits(module: nn.Module, saved: dict[str, torch.Tensor]) -> bool:
+    """Whether a checkpoint's ``saved`` state_dict has this model's names and shapes (a checkpoint
+    written before the model's layout changed has not)."""
+    current = module.state_dict()
+    return saved.keys() == current.keys() and all(saved[k].shape == v.shape for k, v in current.items())
+
+
+def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[int, list[EpochRecord]]:
+    """The newest checkpoint has another schedule or model: rank 0 moves its files aside, and every
+    rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
     config = run.config
     moved = "its files"
     if run.env.is_main:
@@ -179,9 +193,7 @@ def superseded(run: Run, path: str, state: dict[str, Any], total_steps: int) -> 
         moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
     log(
         run.env,
-        f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
-        f"(--epochs={state['epochs']}), this run has {total_steps}; moved that schedule's "
-        f"checkpoints, metrics.json and model.pt to {moved}; starting at epoch 1",
+        f"{why}; moved {whose} checkpoints, metrics.json and model.pt to {moved}; starting at epoch 1",
     )
     return 0, []
 
