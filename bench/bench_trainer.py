@@ -6,6 +6,11 @@ For each configuration it launches ``torchrun ... -m trainer`` with default trai
 --data, --checkpoint-dir and --backend), timestamps every stdout line as it arrives, and reports:
 seconds from launch to the first epoch whose test accuracy reaches the target, training samples/s,
 final test accuracy, total wall time and peak RSS per rank (from metrics.json).
+
+It also breaks the wall time down (rank 0's figures from metrics.json): start-up (launch to the
+trainer's ``main()``: torchrun, worker spawn, interpreter), imports (torch and the trainer), data load,
+rendezvous (the process group), setup (model, DDP, optimizer), training, evaluation, checkpoints, and
+the rest (results, exit, torchrun's shutdown) as the wall time left over.
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("imports", "data_load", "rendezvous", "setup", "train", "evaluate", "checkpoint")
+BREAKDOWN = ("startup", *PHASES, "rest")
 EPOCH_LINE = re.compile(r"^trainer: epoch (\d+)/\d+ .* test_acc=([\d.]+)% ")
 
 
@@ -43,6 +51,7 @@ class Result:
     samples_per_s: float
     peak_rss_mib_per_rank: list[float]
     epochs_to_target: int | None
+    seconds_by_phase: dict[str, float]
 
 
 def free_port() -> int:
@@ -83,6 +92,7 @@ def run_one(config: Config, data: str, target: float, extra: list[str]) -> Resul
             *extra,
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "PYTHONPATH": str(REPO_ROOT)}
+        launched_unix = time.time()
         started = time.monotonic()
         reached: tuple[float, int] | None = None
         with subprocess.Popen(
@@ -112,7 +122,17 @@ def run_one(config: Config, data: str, target: float, extra: list[str]) -> Resul
         samples_per_s=round(metrics["samples_per_s"]),
         peak_rss_mib_per_rank=metrics["peak_rss_mib_per_rank"],
         epochs_to_target=reached[1] if reached else None,
+        seconds_by_phase=breakdown(metrics, launched_unix, wall),
     )
+
+
+def breakdown(metrics: dict[str, Any], launched_unix: float, wall: float) -> dict[str, float]:
+    """Seconds per phase, :data:`BREAKDOWN` order; they add up to ``wall``."""
+    measured = metrics["phase_seconds"]
+    seconds = {"startup": metrics["started_unix"] - launched_unix}
+    seconds.update({phase: measured.get(phase, 0.0) for phase in PHASES})
+    seconds["rest"] = wall - sum(seconds.values())
+    return {phase: round(value, 2) for phase, value in seconds.items()}
 
 
 def main() -> None:
@@ -140,6 +160,9 @@ def main() -> None:
             f"{r.config:34} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
             f"{r.samples_per_s:>9}  {r.peak_rss_mib_per_rank}"
         )
+    print(f"\n{'seconds by phase':34} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
+    for r in results:
+        print(f"{r.config:34} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
 

@@ -9,7 +9,9 @@ A directory holds one schedule (total optimizer steps) at a time. When a run sta
 schedule than its newest checkpoint's (an edit of epochs, batch size or, under weak scaling, the
 world size under the same run id), :func:`supersede` moves that schedule's checkpoints and results
 into ``superseded-<UTC time>-<steps>steps/`` beside them and the run starts afresh: nothing is
-deleted, and the old files are never resumed with a schedule they were not written for.
+deleted, and the old files are never resumed with a schedule they were not written for. A checkpoint
+of another model (parameter names or shapes differ: written before the model's layout changed) is
+moved aside the same way.
 """
 
 from __future__ import annotations

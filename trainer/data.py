@@ -1,4 +1,4 @@
-"""MNIST from IDX files into tensors, loaded once and normalised once.
+"""MNIST from IDX files into uint8 tensors, loaded once; each batch is normalised as it is used.
 
 Accepted layouts for ``--data ROOT`` (the first that holds the files wins):
 
@@ -39,7 +39,11 @@ _EXPECTED_COUNT = {TRAIN_IMAGES: 60000, TRAIN_LABELS: 60000, TEST_IMAGES: 10000,
 
 @dataclass(frozen=True)
 class MnistTensors:
-    """Normalised images ``[N, 1, 28, 28]`` (float32) and labels ``[N]`` (int64), both splits."""
+    """Raw images ``[N, 1, 28, 28]`` (uint8) and labels ``[N]`` (int64), both splits.
+
+    The images stay uint8 (a quarter of float32's memory: 47 MiB instead of 188 MiB for the training
+    split); :func:`normalise` turns the rows a step uses into float32.
+    """
 
     train_x: torch.Tensor
     train_y: torch.Tensor
@@ -109,7 +113,8 @@ def verify_sums(directory: Path) -> None:
 def read_idx(path: Path) -> torch.Tensor:
     """Decode one IDX file (gzipped or raw) into a uint8 tensor, checking header and size."""
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        # One mutable buffer that the tensor then shares: no copies of the 47 MB training images.
+        raw = bytearray(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise DataError(f"{path}: cannot read ({error}); re-seed it") from error
     base = path.name.removesuffix(".gz")
@@ -117,13 +122,13 @@ def read_idx(path: Path) -> torch.Tensor:
     header = 4 + 4 * ndim
     if len(raw) < header:
         raise DataError(f"{path}: truncated IDX header; re-seed it")
-    magic, *dims = struct.unpack(f">I{ndim}I", raw[:header])
+    magic, *dims = struct.unpack_from(f">I{ndim}I", raw)
     if magic != _IDX_MAGIC[ndim] or dims[0] != _EXPECTED_COUNT.get(base, dims[0]):
         raise DataError(f"{path}: not an MNIST IDX file (magic {magic:#x}, shape {dims}); re-seed it")
     expected = header + _product(dims)
     if len(raw) != expected:
         raise DataError(f"{path}: {len(raw)} bytes, expected {expected}; the file is truncated")
-    return torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8).reshape(dims)
+    return torch.frombuffer(raw, dtype=torch.uint8, offset=header).reshape(dims)
 
 
 def _product(dims: list[int]) -> int:
@@ -133,10 +138,9 @@ def _product(dims: list[int]) -> int:
     return total
 
 
-def normalise(images: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """uint8 ``[N, 28, 28]`` to normalised float32 ``[N, 1, 28, 28]`` on ``device``, once."""
-    scaled = images.to(device).unsqueeze(1).float().div_(255.0)
-    return scaled.sub_(MNIST_MEAN).div_(MNIST_STD)
+def normalise(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images (any shape) to float32 scaled to [0, 1], then standardised with the MNIST mean/std."""
+    return images.float().div_(255.0).sub_(MNIST_MEAN).div_(MNIST_STD)
 
 
 def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistTensors:
@@ -148,8 +152,8 @@ def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistT
     if train_limit > 0:
         train_x, train_y = train_x[:train_limit], train_y[:train_limit]
     return MnistTensors(
-        train_x=normalise(train_x, device),
+        train_x=train_x.unsqueeze(1).to(device),
         train_y=train_y.to(device=device, dtype=torch.long),
-        test_x=normalise(arrays[TEST_IMAGES], device),
+        test_x=arrays[TEST_IMAGES].unsqueeze(1).to(device),
         test_y=arrays[TEST_LABELS].to(device=device, dtype=torch.long),
     )

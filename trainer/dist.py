@@ -142,8 +142,8 @@ def gather_bytes(data: bytes, device: torch.device) -> list[bytes]:
 def broadcast_buffers_from_main(module: torch.nn.Module) -> None:
     """Make BatchNorm running statistics identical on every rank (rank 0's), before eval/save.
 
-    DDP broadcasts buffers at the start of each training forward, so after the last step
-    each rank still holds its own statistics; parameters are already identical.
+    The DDP wrapper does not broadcast buffers in its forward (``forward_sync_buffers=False``), so
+    during an epoch each rank updates its own statistics; parameters are already identical.
     """
     if not dist.is_initialized():
         return

@@ -1,4 +1,4 @@
-"""One epoch of training and one sharded evaluation, on tensors already in memory."""
+"""One epoch of training and one sharded evaluation, on uint8 tensors already in memory."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from trainer.data import normalise
 from trainer.dist import all_reduce_sum
 
-EVAL_CHUNK = 1000
+# Test images per forward pass: small enough that the activations stay in cache (1000 took ~1.5x the time).
+EVAL_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,10 @@ def train_one_epoch(
     images: torch.Tensor,
     labels: torch.Tensor,
     batches: torch.Tensor,
+    label_smoothing: float = 0.0,
 ) -> float:
-    """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks.
+    """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks
+    (smoothed as trained on, with ``label_smoothing`` > 0).
 
     DDP all-reduces the gradients inside ``backward()``; nothing here touches them.
     """
@@ -63,7 +67,8 @@ def train_one_epoch(
     batches = batches.to(images.device)
     loss_sum = torch.zeros((), device=images.device)
     for batch in batches:
-        loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+        logits = model(normalise(images[batch]))
+        loss = nn.functional.cross_entropy(logits, labels[batch], label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -73,15 +78,19 @@ def train_one_epoch(
     return total / count
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, shard: torch.Tensor) -> EvalResult:
-    """Loss and accuracy over the whole test set: each rank its shard, counts all-reduced."""
+    """Loss and accuracy over the whole test set: each rank its shard, counts all-reduced.
+
+    ``model`` is the unwrapped module: evaluation needs no gradient sync, and the ranks' BatchNorm
+    statistics are already rank 0's (see :func:`trainer.dist.broadcast_buffers_from_main`).
+    """
     model.eval()
     shard = shard.to(images.device)
     loss_sum = torch.zeros((), dtype=torch.float64, device=images.device)
     correct = torch.zeros((), dtype=torch.int64, device=images.device)
     for chunk in shard.split(EVAL_CHUNK):
-        logits = model(images[chunk])
+        logits = model(normalise(images[chunk]))
         loss_sum += nn.functional.cross_entropy(logits, labels[chunk], reduction="sum").double()
         correct += (logits.argmax(dim=1) == labels[chunk]).sum()
     total_loss, total_correct, total = all_reduce_sum(

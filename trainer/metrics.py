@@ -7,7 +7,10 @@ import io
 import json
 import resource
 import sys
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,44 @@ class EpochRecord:
             f"test_loss={self.test_loss:.4f} test_acc={100 * self.test_accuracy:.2f}% "
             f"samples/s={self.samples_per_s:.0f} elapsed={self.elapsed_s:.1f}s"
         )
+
+
+@dataclass
+class Lap:
+    """The length of one timed phase, set when its ``with`` block ends."""
+
+    seconds: float = 0.0
+
+
+@dataclass
+class Stopwatch:
+    """Seconds this process spent in each named phase, summed over repeats (e.g. every epoch).
+
+    ``started_unix`` is the wall-clock time the process's trainer began, which another process
+    (the benchmark) can compare with its own launch time.
+    """
+
+    started_unix: float
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def since(cls, started: float, phase: str) -> Stopwatch:
+        """A stopwatch whose first phase ran from ``started`` (a ``perf_counter`` reading) until now."""
+        elapsed = time.perf_counter() - started
+        return cls(started_unix=time.time() - elapsed, seconds={phase: elapsed})
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[Lap]:
+        lap = Lap()
+        tick = time.perf_counter()
+        try:
+            yield lap
+        finally:
+            lap.seconds = time.perf_counter() - tick
+            self.seconds[name] = self.seconds.get(name, 0.0) + lap.seconds
+
+    def line(self) -> str:
+        return " ".join(f"{name}={seconds:.2f}s" for name, seconds in self.seconds.items())
 
 
 def peak_rss_mib() -> float:

@@ -23,6 +23,7 @@ from trainer.metrics import (
     METRICS_FILE,
     MODEL_FILE,
     EpochRecord,
+    Stopwatch,
     export_results,
     peak_rss_mib,
     record_restart,
@@ -30,7 +31,11 @@ from trainer.metrics import (
 from trainer.model import build_model, state_dict_sha256
 from trainer.scaling import BatchPlan, plan_batches, scaled_lr
 
+# The one-cycle schedule (torch.optim.lr_scheduler.OneCycleLR): warm up over PCT_START of the steps
+# from max_lr / DIV_FACTOR to max_lr, then anneal (cosine) to max_lr / (DIV_FACTOR * FINAL_DIV_FACTOR).
 PCT_START = 0.25
+DIV_FACTOR = 25.0
+FINAL_DIV_FACTOR = 1e4
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.OneCycleLR
     started: float
+    clock: Stopwatch
 
 
 def warmup_fraction(total_steps: int) -> float:
@@ -78,26 +84,38 @@ def data_root(config: TrainConfig, env: dist.DistEnv) -> Path:
 
 
 def setup(config: TrainConfig, started: float) -> Run:
+    """Everything before the first epoch; ``started`` is when :func:`trainer.__main__.main` began, so
+    the ``imports`` phase is the time to import torch and the trainer."""
+    clock = Stopwatch.since(started, "imports")
     env = dist.dist_env_from(os.environ)
     cuda = torch.cuda.is_available()
     backend = dist.choose_backend(config.backend, cuda)
     device = dist.choose_device(env, cuda)
-    root = data_root(config, env)
-    data = load_mnist(root, device, config.train_limit)
+    with clock.phase("data_load"):
+        data = load_mnist(data_root(config, env), device, config.train_limit)
     plan = plan_batches(config.batch_size, config.scaling, env.world_size, len(data.train_y))
-    dist.init_process_group(env, backend, device, config.dist_timeout)
-    seed_everything(config.seed)
-    module = build_model(device)
-    model = DistributedDataParallel(module) if env.is_distributed else module
-    lr = scaled_lr(config.lr, config.lr_scaling, env.world_size)
-    optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer,
-        max_lr=lr,
-        total_steps=plan.steps_per_epoch * config.epochs,
-        pct_start=warmup_fraction(plan.steps_per_epoch * config.epochs),
+    with clock.phase("rendezvous"):
+        dist.init_process_group(env, backend, device, config.dist_timeout)
+    with clock.phase("setup"):
+        seed_everything(config.seed)
+        module = build_model(device)
+        # BatchNorm statistics are made rank 0's after each epoch (broadcast_buffers_from_main);
+        # training-mode forwards never read them, so a broadcast per step would change nothing.
+        model = DistributedDataParallel(module, forward_sync_buffers=False) if env.is_distributed else module
+        lr = scaled_lr(config.lr, config.lr_scaling, env.world_size)
+        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
+        total_steps = plan.steps_per_epoch * config.epochs
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer,
+            max_lr=lr,
+            total_steps=total_steps,
+            pct_start=warmup_fraction(total_steps),
+            div_factor=DIV_FACTOR,
+            final_div_factor=FINAL_DIV_FACTOR,
+        )
+    return Run(
+        config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started, clock
     )
-    return Run(config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started)
 
 
 def describe(run: Run) -> str:
@@ -139,7 +157,14 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     state = checkpoint.decode(payload, run.device)
     total_steps = run.plan.steps_per_epoch * run.config.epochs
     if state["total_steps"] != total_steps:
-        return superseded(run, path, state, total_steps)
+        why = (
+            f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
+            f"(--epochs={state['epochs']}), this run has {total_steps}"
+        )
+        return superseded(run, state, why, "that schedule's")
+    if not model_fits(run.module, state["model"]):
+        why = f"model changed: {path} holds parameters of another model (names or shapes differ)"
+        return superseded(run, state, why, "that model's")
     run.module.load_state_dict(state["model"])
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
@@ -151,9 +176,16 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     return state["epoch"], [EpochRecord(**record) for record in state["history"]]
 
 
-def superseded(run: Run, path: str, state: dict[str, Any], total_steps: int) -> tuple[int, list[EpochRecord]]:
-    """The newest checkpoint has another schedule: rank 0 moves that schedule's files aside, and
-    every rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
+def model_fits(module: nn.Module, saved: dict[str, torch.Tensor]) -> bool:
+    """Whether a checkpoint's ``saved`` state_dict has this model's names and shapes (a checkpoint
+    written before the model's layout changed has not)."""
+    current = module.state_dict()
+    return saved.keys() == current.keys() and all(saved[k].shape == v.shape for k, v in current.items())
+
+
+def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[int, list[EpochRecord]]:
+    """The newest checkpoint has another schedule or model: rank 0 moves its files aside, and every
+    rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
     config = run.config
     moved = "its files"
     if run.env.is_main:
@@ -161,9 +193,7 @@ def superseded(run: Run, path: str, state: dict[str, Any], total_steps: int) -> 
         moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
     log(
         run.env,
-        f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
-        f"(--epochs={state['epochs']}), this run has {total_steps}; moved that schedule's "
-        f"checkpoints, metrics.json and model.pt to {moved}; starting at epoch 1",
+        f"{why}; moved {whose} checkpoints, metrics.json and model.pt to {moved}; starting at epoch 1",
     )
     return 0, []
 
@@ -187,20 +217,26 @@ def train(run: Run) -> bool:
             plan.per_rank_batch,
             plan.steps_per_epoch,
         )
-        tick = time.perf_counter()
-        train_loss = engine.train_one_epoch(
-            run.model, run.optimizer, run.scheduler, data.train_x, data.train_y, batches
-        )
-        seconds = time.perf_counter() - tick
-        dist.broadcast_buffers_from_main(run.module)
-        result = engine.evaluate(run.model, data.test_x, data.test_y, shard)
+        with run.clock.phase("train") as lap:
+            train_loss = engine.train_one_epoch(
+                run.model,
+                run.optimizer,
+                run.scheduler,
+                data.train_x,
+                data.train_y,
+                batches,
+                config.label_smoothing,
+            )
+        with run.clock.phase("evaluate"):
+            dist.broadcast_buffers_from_main(run.module)
+            result = engine.evaluate(run.module, data.test_x, data.test_y, shard)
         record = EpochRecord(
             epoch,
             train_loss,
             result.loss,
             result.accuracy,
-            plan.samples_per_epoch / seconds,
-            seconds,
+            plan.samples_per_epoch / lap.seconds,
+            lap.seconds,
             time.perf_counter() - run.started,
         )
         history.append(record)
@@ -208,7 +244,8 @@ def train(run: Run) -> bool:
         last = epoch == config.epochs
         every = config.checkpoint_every
         if env.is_main and (last or (every and epoch % every == 0)):
-            path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
+            with run.clock.phase("checkpoint"):
+                path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
             log(env, f"checkpoint {path}")
     finish(run, history, first_epoch)
     return finished_before
@@ -230,6 +267,7 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
     ]
     if run.env.is_main:
         metrics_path = run.config.output_dir / METRICS_FILE
+        log(run.env, f"time {run.clock.line()}")
         if resumed_from >= run.config.epochs and record_restart(
             run.config.output_dir, history, restart_record(run, resumed_from)
         ):
@@ -256,6 +294,8 @@ def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float])
         "epochs": run.config.epochs,
         "resumed_from_epoch": resumed_from,
         "wall_time_s": time.perf_counter() - run.started,
+        "started_unix": run.clock.started_unix,
+        "phase_seconds": run.clock.seconds,
         "state_dict_sha256_per_rank": checksums,
         "peak_rss_mib_per_rank": rss,
         "restarts": [],

@@ -37,6 +37,9 @@ BAD_FLAGS = [
     (["--checkpoint-every=-1"], "argument --checkpoint-every: must be >= 0, got -1"),
     (["--dist-timeout=0"], "argument --dist-timeout: must be >= 1, got 0"),
     (["--seed=-3"], "argument --seed: must be >= 0, got -3"),
+    (["--label-smoothing=1"], "argument --label-smoothing: must be >= 0 and < 1, got 1"),
+    (["--label-smoothing=-0.1"], "argument --label-smoothing: must be >= 0 and < 1, got -0.1"),
+    (["--label-smoothing=nan"], "argument --label-smoothing: must be >= 0 and < 1, got nan"),
     (
         ["--data=s3:///prefix"],
         "argument --data: 's3:///prefix' names no bucket; use s3://BUCKET/PREFIX",
@@ -87,6 +90,7 @@ def test_help_documents_every_flag() -> None:
         "--dist-timeout",
         "--train-limit",
         "--weight-decay",
+        "--label-smoothing",
         "--export-to",
     ):
         assert flag in text
@@ -97,10 +101,12 @@ def test_help_states_each_default_once(procs: Any) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     flags = [action for action in build_parser()._actions if action.default is not argparse.SUPPRESS]
-    assert text.count("(default: ") == len(flags) == 16
+    assert text.count("(default: ") == len(flags) == 17
     assert "(default: None)" not in text
     assert "where metrics.json and the final model.pt go (default: the checkpoint dir) --epochs" in text
     assert "(default: ./checkpoints)" in text and "(default: ./.cache/mnist)" in text
+    assert "epochs to train in total (default: 1)" in text
+    assert "the test loss is plain cross-entropy (default: 0.1)" in text
 
 
 def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None:
@@ -119,7 +125,8 @@ def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None
 
 def test_defaults_match_the_documented_fastest_settings() -> None:
     config = parse_config([])
-    assert (config.epochs, config.batch_size, config.scaling, config.lr) == (2, 256, "strong", 0.01)
+    assert (config.epochs, config.batch_size, config.scaling, config.lr) == (1, 128, "strong", 0.01)
+    assert (config.weight_decay, config.label_smoothing) == (5e-4, 0.1)
     assert (config.lr_scaling, config.checkpoint_every, config.backend) == ("none", 1, "auto")
     assert config.output_dir == config.checkpoint_dir == Path("./checkpoints")
     assert config.data == "./data/mnist"

@@ -10,17 +10,20 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.data import SUMS_FILE, load_mnist, resolve_data_dir
+from trainer.data import SUMS_FILE, load_mnist, normalise, resolve_data_dir
 from trainer.errors import DataError
 
 
-def test_loads_real_mnist_normalised_once(mnist_root: Path) -> None:
+def test_loads_real_mnist_as_uint8_that_normalises_to_zero_mean_unit_std(mnist_root: Path) -> None:
     data = load_mnist(mnist_root, torch.device("cpu"))
     assert data.train_x.shape == (60000, 1, 28, 28)
     assert data.test_x.shape == (10000, 1, 28, 28)
-    assert data.train_x.dtype == torch.float32
-    assert abs(data.train_x.mean().item()) < 1e-3
-    assert abs(data.train_x.std().item() - 1.0) < 1e-3
+    assert data.train_x.dtype == data.test_x.dtype == torch.uint8
+    assert int(data.train_x.max()) == 255
+    train = normalise(data.train_x)
+    assert train.dtype == torch.float32 and train.shape == (60000, 1, 28, 28)
+    assert abs(train.mean().item()) < 1e-3
+    assert abs(train.std().item() - 1.0) < 1e-3
     assert data.test_y[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
     assert torch.bincount(data.train_y).tolist()[:3] == [5923, 6742, 5958]
 

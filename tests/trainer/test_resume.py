@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+from trainer import checkpoint
 from trainer.checkpoint import checkpoint_path, list_checkpoints
 
 pytestmark = pytest.mark.slow  # real trainer processes
@@ -158,7 +160,7 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     """The same checkpoint dir with another schedule (an edit of epochs under the same run id) is a
     fresh run that says so, not a crash loop; the old schedule's files are kept, never resumed."""
     ckpt = tmp_path / "ckpt"
-    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
+    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512", "--batch-size=256"]
     assert procs.run("trainer", [*base, "--epochs=1"]).returncode == 0
     old = {name: (ckpt / name).read_bytes() for name in ("ckpt-epoch-0001.pt", "metrics.json", "model.pt")}
     again = procs.run("trainer", [*base, "--epochs=2"])
@@ -178,3 +180,37 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     third = procs.run("trainer", [*base, "--epochs=2"])
     assert third.returncode == 0 and "run already finished (2/2 epochs)" in third.stdout
     assert [p for p in ckpt.iterdir() if p.is_dir()] == [archive]
+
+
+def _conv_bn_relu_pool_name(name: str) -> str:
+    """A parameter's name in the model before pooling moved ahead of BatchNorm (BN was features.1/5/9)."""
+    layer, _, rest = name.removeprefix("features.").partition(".")
+    if name.startswith("features.") and int(layer) % 4 == 2:
+        return f"features.{int(layer) - 1}.{rest}"
+    return name
+
+
+def test_a_checkpoint_of_another_model_is_moved_aside_not_loaded(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    """A checkpoint written by the earlier conv/BN/ReLU/pool layout (same schedule, other parameter
+    names) is moved aside like another schedule's, instead of a load_state_dict traceback on every
+    restart."""
+    ckpt = tmp_path / "ckpt"
+    base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
+    assert procs.run("trainer", base).returncode == 0
+    path = checkpoint_path(ckpt, 1)
+    state = checkpoint.decode(checkpoint.verified_payload(path.read_bytes()), torch.device("cpu"))
+    state["model"] = {_conv_bn_relu_pool_name(name): tensor for name, tensor in state["model"].items()}
+    assert "features.1.running_mean" in state["model"]
+    checkpoint.save_checkpoint(ckpt, 1, state)
+    again = procs.run("trainer", base)
+    assert again.returncode == 0, again.stderr
+    (archive,) = [p for p in ckpt.iterdir() if p.is_dir()]
+    assert re.fullmatch(r"superseded-\d{8}T\d{6}Z-4steps", archive.name)
+    assert (
+        f"trainer: model changed: {path} holds parameters of another model (names or shapes differ); "
+        f"moved that model's checkpoints, metrics.json and model.pt to {archive}; starting at epoch 1"
+    ) in again.stdout.splitlines()
+    metrics = json.loads((ckpt / "metrics.json").read_text())
+    assert (metrics["resumed_from_epoch"], [h["epoch"] for h in metrics["history"]]) == (0, [1])
