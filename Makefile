@@ -6,9 +6,10 @@ INFRA_VENV := .venv-infra
 STACK ?= dev
 
 # pytest-xdist workers for `make test` and `make test-fast`: one per core (at most 4; the training
-# tests start two ranks each). TEST_WORKERS=0 runs everything in one process.
+# tests start two ranks each). TEST_WORKERS=0 runs everything in one process. Whole files go to one
+# worker (loadfile), so a module's trained model or server is built once.
 TEST_WORKERS ?= auto
-XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadgroup
+XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadfile
 
 .PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 

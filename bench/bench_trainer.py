@@ -1,11 +1,13 @@
 """Time the trainer as a user runs it: torchrun subprocesses on local CPU processes (and 1 GPU).
 
-    python bench/bench_trainer.py --data ../shared/data/mnist [--target 0.99] [--json out.json]
+    python bench/bench_trainer.py --data ../shared/data/mnist [--target 0.99] [--seeds 0,1,2]
+        [--only "2 CPU"] [--json out.json] [any trainer flag, e.g. --epochs=2]
 
 For each configuration it launches ``torchrun ... -m trainer`` with default trainer flags (except
 --data, --checkpoint-dir and --backend), timestamps every stdout line as it arrives, and reports:
 seconds from launch to the first epoch whose test accuracy reaches the target, training samples/s,
-final test accuracy, total wall time and peak RSS per rank (from metrics.json).
+final test accuracy, total wall time and peak RSS per rank (from metrics.json). With ``--seeds``, each
+configuration runs once per seed (``--seed=N``), one row each.
 
 It also breaks the wall time down (rank 0's figures from metrics.json): start-up (launch to the
 trainer's ``main()``: torchrun, worker spawn, interpreter), imports (torch and the trainer), data load,
@@ -73,7 +75,7 @@ def configurations() -> list[Config]:
     return configs
 
 
-def run_one(config: Config, data: str, target: float, extra: list[str]) -> Result:
+def run_one(config: Config, data: str, target: float, extra: list[str], seed: int | None) -> Result:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         command = [
             sys.executable,
@@ -89,6 +91,7 @@ def run_one(config: Config, data: str, target: float, extra: list[str]) -> Resul
             f"--data={data}",
             f"--checkpoint-dir={tmp}",
             f"--backend={config.backend}",
+            *([] if seed is None else [f"--seed={seed}"]),
             *extra,
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "PYTHONPATH": str(REPO_ROOT)}
@@ -115,7 +118,7 @@ def run_one(config: Config, data: str, target: float, extra: list[str]) -> Resul
             raise SystemExit(f"{config.name}: trainer exited {process.returncode}")
         metrics = json.loads((Path(tmp) / "metrics.json").read_text())
     return Result(
-        config=config.name,
+        config=config.name if seed is None else f"{config.name}, seed {seed}",
         seconds_to_target=round(reached[0], 1) if reached else None,
         wall_s=round(wall, 1),
         final_accuracy=metrics["final_test_accuracy"],
@@ -143,26 +146,31 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.99, help="test accuracy to time")
     parser.add_argument("--only", help="run only configurations whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--seeds", help="comma-separated trainer seeds, one run each (default: the trainer's default)"
+    )
     args, extra = parser.parse_known_args()
+    seeds: list[int | None] = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
     results = []
     for config in configurations():
         if args.only and args.only not in config.name:
             continue
-        print(f"== {config.name}", flush=True)
-        results.append(run_one(config, args.data, args.target, extra))
+        for seed in seeds:
+            print(f"== {config.name}" + ("" if seed is None else f", seed {seed}"), flush=True)
+            results.append(run_one(config, args.data, args.target, extra, seed))
     print(
-        f"\n{'configuration':34} {'to ' + str(args.target):>9} {'wall':>7} {'final':>7} "
+        f"\n{'configuration':42} {'to ' + str(args.target):>9} {'wall':>7} {'final':>7} "
         f"{'samples/s':>9}  peak RSS MiB/rank"
     )
     for r in results:
         to_target = f"{r.seconds_to_target:.1f}s" if r.seconds_to_target is not None else "never"
         print(
-            f"{r.config:34} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
+            f"{r.config:42} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
             f"{r.samples_per_s:>9}  {r.peak_rss_mib_per_rank}"
         )
-    print(f"\n{'seconds by phase':34} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
+    print(f"\n{'seconds by phase':42} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
     for r in results:
-        print(f"{r.config:34} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
+        print(f"{r.config:42} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
 

@@ -182,7 +182,7 @@ def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_p
     for pod in job.pods:
         pod.argv.append("--train-limit=12800")  # shorter epochs; the rules under test are unchanged
     out = io.StringIO()
-    supervisor = Supervisor(job, out, restart_delay=5)
+    supervisor = Supervisor(job, out, restart_delay=1)
     result = []
     runner = threading.Thread(target=lambda: result.append(supervisor.run(300)))
     runner.start()
@@ -198,7 +198,7 @@ def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_p
     report(job, outcome, out)
     output = out.getvalue()
     assert outcome.succeeded, output[-4000:]
-    assert "[local] pod mnist-r1-1 exited with 137; restarting in 5s (1/2)" in output
+    assert "[local] pod mnist-r1-1 exited with 137; restarting in 1s (1/2)" in output
     assert "trainer: resumed from" in output
     metrics = json.loads((job.output_dir / "metrics.json").read_text())
     assert [h["epoch"] for h in metrics["history"]][-1] == 3

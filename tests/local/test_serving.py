@@ -36,8 +36,7 @@ from tests.infra.conftest import render_config
 from tests.serve.conftest import train
 from tests.trainer.conftest import SHARED_MNIST, subprocess_env
 
-# real trainer and model server processes; one worker builds the module's trained model and server once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("local-serving")]
+pytestmark = pytest.mark.slow  # real trainer and model server processes
 
 SERVE_PVC = {"jobWait": True, "serveKind": "deployment", "serveModelSource": "pvc", "serveReplicas": 1}
 

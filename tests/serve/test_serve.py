@@ -33,8 +33,7 @@ from tests.serve.conftest import (
 from trainer.data import TEST_IMAGES, TEST_LABELS, find_file, normalise, read_idx
 from trainer.model import MnistCNN
 
-# every test talks to a real model server process; one worker builds the trained model and server once
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve")]
+pytestmark = pytest.mark.slow  # every test talks to a real model server process
 
 INFER = "/v2/models/mnist/infer"
 
@@ -69,7 +68,7 @@ def in_process(output_dir: Path, images: torch.Tensor) -> torch.Tensor:
     module.load_state_dict(torch.load(output_dir / "model.pt", map_location="cpu", weights_only=True))
     module.eval()
     with torch.inference_mode():
-        return torch.softmax(module(normalise(images, torch.device("cpu"))), dim=1)
+        return torch.softmax(module(normalise(images.unsqueeze(1))), dim=1)
 
 
 def test_health_and_metadata_follow_the_protocol(server: ServeProcess) -> None:
@@ -109,7 +108,7 @@ def test_uint8_and_fp32_inputs_give_the_model_s_outputs(server: ServeProcess, tr
     assert torch.allclose(torch.tensor(probabilities["data"]).reshape(5, 10), expected, atol=1e-5)
     assert labels["data"] == expected.argmax(dim=1).tolist()
 
-    normalised = normalise(batch, torch.device("cpu"))  # FP32 [5, 1, 28, 28], nested lists
+    normalised = normalise(batch.unsqueeze(1))  # FP32 [5, 1, 28, 28], nested lists
     fp32 = {
         "inputs": [
             {"name": "images", "datatype": "FP32", "shape": [5, 1, 28, 28], "data": normalised.tolist()}
