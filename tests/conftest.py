@@ -27,3 +27,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path == E2E_DIR and not selects_e2e(config.option.markexpr):
         return True
     return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`slow` tests first, in collection order otherwise: with several workers the longest files (the
+    local runs) start at once, instead of one of them keeping a worker busy after the others are done."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
