@@ -127,3 +127,18 @@ def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_205(tmp_
         result.reason
     )
     assert "[mnist-r1-" not in output  # the training job never starts
+
+
+def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, monkeypatch):
+    """SeaweedFS writes scratch volumes and its logs under $TMPDIR; the stand-in points that into its
+    own data directory, so a run leaves nothing in the machine's /tmp."""
+    outside = tmp_path / "machine-tmp"
+    outside.mkdir()
+    monkeypatch.setenv("TMPDIR", str(outside))
+    with local_s3(tmp_path / "s3") as s3:
+        client = s3.client()
+        client.create_bucket(Bucket="scratch-check")
+        client.put_object(Bucket="scratch-check", Key="k", Body=b"x" * 100_000)
+        assert client.get_object(Bucket="scratch-check", Key="k")["Body"].read() == b"x" * 100_000
+    assert list(outside.iterdir()) == []
+    assert any((tmp_path / "s3" / "tmp").iterdir())  # where they went instead

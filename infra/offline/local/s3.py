@@ -131,7 +131,10 @@ def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = Non
     command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
     command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
     command += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+    # weed's own scratch directories (Go's os.TempDir) go under data_dir too, not into /tmp for good.
+    scratch = data_dir / "tmp"
+    scratch.mkdir(exist_ok=True)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "TMPDIR": str(scratch)}
     with (data_dir / "weed.log").open("ab") as log:
         process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
         try:
