@@ -115,7 +115,7 @@ def input_tensor(inputs: Any, max_batch: int) -> Any:
     """The one input as the model's float32 ``[N, 1, 28, 28]`` channels-last batch."""
     import torch
 
-    from trainer.data import MNIST_MEAN, MNIST_STD
+    from trainer.data import normalise
 
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise HttpError(400, f"'inputs' must be a list of exactly one input, {INPUT_NAME!r}")
@@ -152,8 +152,8 @@ def input_tensor(inputs: Any, max_batch: int) -> Any:
         kind = "integers 0-255" if datatype == "UINT8" else "numbers"
         raise HttpError(400, f"input {INPUT_NAME!r}: {datatype} data must be {kind}") from None
     if datatype == "UINT8":
-        pixels = torch.frombuffer(values, dtype=torch.uint8).reshape(batch, 1, 28, 28)
-        images = pixels.float().div_(255.0).sub_(MNIST_MEAN).div_(MNIST_STD)
+        # The trainer's own normalisation, so served predictions are its evaluation's.
+        images = normalise(torch.frombuffer(values, dtype=torch.uint8).reshape(batch, 1, 28, 28))
     else:
         images = torch.frombuffer(values, dtype=torch.float32).reshape(batch, 1, 28, 28)
         if not bool(torch.isfinite(images).all()):
