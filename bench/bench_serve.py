@@ -38,7 +38,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import torch  # noqa: E402
 
-from trainer.data import TEST_IMAGES, find_file, normalise, read_idx  # noqa: E402
+from trainer.data import normalise, read_idx  # noqa: E402
+from trainer.mnist_files import TEST_IMAGES, find_file  # noqa: E402
 from trainer.model import MnistCNN  # noqa: E402
 
 P50_GOAL_MS = 3.0

@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from trainer.data import SUMS_FILE, format_sums, parse_sums
 from trainer.errors import DataError, ExportError, S3CredentialsError, S3UnreachableError, TrainerError
 from trainer.metrics import METRICS_FILE, MODEL_FILE
+from trainer.mnist_files import SUMS_FILE, format_sums, parse_sums
 from trainer.s3 import S3Location, classify, error_code, make_client, open_object
 
 EXPORTED = (MODEL_FILE, METRICS_FILE)

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.data import SUMS_FILE, format_sums
 from trainer.fsio import atomic_write_bytes, atomic_write_json
+from trainer.mnist_files import SUMS_FILE, format_sums
 
 METRICS_FILE = "metrics.json"
 MODEL_FILE = "model.pt"

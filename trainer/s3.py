@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.data import FILES, S3_SEED_HINT, SUMS_FILE, format_sums, parse_sums, read_sums, sha256_file
 from trainer.errors import (
     DataError,
     S3CredentialsError,
@@ -35,6 +34,15 @@ from trainer.errors import (
     write_line,
 )
 from trainer.fsio import atomic_write_bytes
+from trainer.mnist_files import (
+    FILES,
+    S3_SEED_HINT,
+    SUMS_FILE,
+    format_sums,
+    parse_sums,
+    read_sums,
+    sha256_file,
+)
 
 GZ_FILES = tuple(f"{name}.gz" for name in FILES)
 CONNECT_TIMEOUT_S = 3

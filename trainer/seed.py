@@ -31,16 +31,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from trainer.cli import OneLineArgumentParser, path_or_s3_url
-from trainer.data import (
-    FILES,
-    SUMS_FILE,
-    find_file,
-    format_sums,
-    read_idx,
-    read_sums,
-    resolve_data_dir,
-    sha256_file,
-)
 from trainer.errors import (
     EXIT_DATA,
     EXIT_INTERNAL,
@@ -53,6 +43,16 @@ from trainer.errors import (
     write_line,
 )
 from trainer.fsio import atomic_write_bytes
+from trainer.mnist_files import (
+    FILES,
+    SUMS_FILE,
+    decode_idx,
+    find_file,
+    format_sums,
+    read_sums,
+    resolve_data_dir,
+    sha256_file,
+)
 
 PROG = "python -m trainer.seed"
 GZ_FILES = tuple(f"{name}.gz" for name in FILES)
@@ -127,7 +127,7 @@ def gzipped_sources(source_dir: Path, workdir: Path) -> dict[str, Path]:
     for name in FILES:
         path = find_file(directory, name)
         assert path is not None  # resolve_data_dir checked all four
-        read_idx(path)
+        decode_idx(path)
         if path.suffix != ".gz":
             packed = workdir / f"{name}.gz"
             packed.write_bytes(gzip.compress(path.read_bytes(), mtime=0))

@@ -142,3 +142,18 @@ def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, mon
         assert client.get_object(Bucket="scratch-check", Key="k")["Body"].read() == b"x" * 100_000
     assert list(outside.iterdir()) == []
     assert any((tmp_path / "s3" / "tmp").iterdir())  # where they went instead
+
+
+def test_the_s3_stand_in_serves_s3_alone_on_loopback_and_reports_nothing(tmp_path):
+    """The `weed` process as it runs: bound to 127.0.0.1, no WebDAV gateway, telemetry off (SeaweedFS
+    reports usage to its own server unless told not to)."""
+    with local_s3(tmp_path / "s3"):
+        (argv,) = [
+            cmdline.read_bytes().split(b"\0")
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+            if f"-dir={tmp_path / 's3'}".encode() in cmdline.read_bytes().split(b"\0")
+        ]
+    flags = {arg.decode() for arg in argv}
+    assert {"-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-webdav=false", "-master.telemetry=false"} <= flags
+    log = (tmp_path / "s3" / "weed.log").read_text()
+    assert "S3           ready" in log and "WebDAV       ready" not in log

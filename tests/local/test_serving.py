@@ -53,7 +53,7 @@ def model_b(model_a: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A's model with other weights (its last layer's bias shifted) and its own SHA256SUMS."""
     import torch
 
-    from trainer.data import format_sums
+    from trainer.mnist_files import format_sums
 
     out = tmp_path_factory.mktemp("model-b")
     state = torch.load(model_a / "model.pt", weights_only=True)

@@ -30,7 +30,8 @@ from tests.serve.conftest import (
     wait_ready,
     wait_until,
 )
-from trainer.data import TEST_IMAGES, TEST_LABELS, find_file, normalise, read_idx
+from trainer.data import normalise, read_idx
+from trainer.mnist_files import TEST_IMAGES, TEST_LABELS, find_file
 from trainer.model import MnistCNN
 
 pytestmark = pytest.mark.slow  # every test talks to a real model server process
@@ -470,10 +471,10 @@ def test_the_readme_exit_codes_and_flags_are_the_server_s() -> None:
 
 
 def test_the_file_names_are_the_trainer_s() -> None:
-    from trainer import data, metrics
+    from trainer import metrics, mnist_files
     from trainer.serve import config as serve
 
-    assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, data.SUMS_FILE)
+    assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, mnist_files.SUMS_FILE)
 
 
 def test_concurrent_clients_each_get_their_own_answers(server: ServeProcess) -> None:

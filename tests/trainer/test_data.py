@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from trainer.data import SUMS_FILE, load_mnist, normalise, resolve_data_dir
+from trainer.data import load_mnist, normalise
 from trainer.errors import DataError
+from trainer.mnist_files import SUMS_FILE, resolve_data_dir
 
 
 def test_loads_real_mnist_as_uint8_that_normalises_to_zero_mean_unit_std(mnist_root: Path) -> None:

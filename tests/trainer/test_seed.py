@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from trainer.data import FILES, SUMS_FILE
 from trainer.mirrors import CANONICAL_SHA256
+from trainer.mnist_files import FILES, SUMS_FILE
 
 pytestmark = pytest.mark.slow  # real seed processes, S3 and HTTPS servers
 
@@ -326,3 +326,20 @@ def test_a_bucket_is_seeded_once_and_a_corrupted_object_again(
     fetched = procs.run("trainer.seed", [f"--from={target}", f"--to={tmp_path}"], env=bucket.env())
     assert fetched.returncode == 0, fetched.stderr
     assert_holds_mnist(tmp_path / "MNIST" / "raw", mnist_gz_dir)
+
+
+def test_a_seed_imports_no_torch(procs: Any, bucket: Any, mnist_gz_dir: Path, tmp_path: Path) -> None:
+    """The seed Job's pod copies and checks files: it never pays torch's start-up (about 1 s of CPU and
+    300 MB per start). Every module a real seed imports, bucket to directory and directory to bucket,
+    as Python's import profile lists them."""
+
+    def imported(args: list[str]) -> set[str]:
+        result = procs.run("trainer.seed", args, env=bucket.env(PYTHONPROFILEIMPORTTIME="1"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
+        return {line.rsplit("|", 1)[1].strip() for line in lines[1:]}  # the first line is the header
+
+    modules = imported([f"--from={SOURCE}", f"--to={tmp_path}"])
+    modules |= imported([f"--from={mnist_gz_dir}", "--to=s3://seed-no-torch/mnist"])
+    assert {"trainer.cli", "trainer.s3", "boto3"} <= modules
+    assert not {m for m in modules if m.split(".")[0] == "torch"}

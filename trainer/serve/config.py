@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROG = "trainer.serve"
-# trainer.metrics.MODEL_FILE and trainer.data.SUMS_FILE (a test keeps them equal), named here so that
+# trainer.metrics.MODEL_FILE and trainer.mnist_files.SUMS_FILE (a test keeps them equal), named here so that
 # flags are checked and the port opens before torch is imported.
 MODEL_FILE = "model.pt"
 SUMS_FILE = "SHA256SUMS"

@@ -48,7 +48,7 @@ def read_from_s3(uri: str) -> tuple[bytes, str, str]:
 
 def verify(model_bytes: bytes, sums_text: str, where: str) -> str:
     """model.pt's sha256, after checking it against SHA256SUMS; a DataError otherwise."""
-    from trainer.data import parse_sums
+    from trainer.mnist_files import parse_sums
 
     sums_where = f"{where.rstrip('/')}/{SUMS_FILE}"
     expected = parse_sums(sums_text, sums_where).get(MODEL_FILE)

@@ -1,0 +1,124 @@
+"""MNIST's four files on disk and in buckets, without torch: their names, ``SHA256SUMS``, the layouts
+``--data`` accepts, and the IDX header check.
+
+The seed Job (:mod:`trainer.seed`) and the S3 code (:mod:`trainer.s3`) need only these, so a seed pod
+never imports torch (about 1 s of CPU and 300 MB of memory per start); :mod:`trainer.data` turns the
+checked bytes into tensors.
+
+Accepted layouts for a data root (the first that holds the files wins):
+
+* ``ROOT/MNIST/raw/<name>`` (torchvision's layout; what ``trainer.seed --to`` writes)
+* ``ROOT/<name>`` (a directory that directly holds the four files)
+
+where ``<name>`` is one of :data:`FILES`, gzipped (``.gz``) or raw. If a ``SHA256SUMS`` file
+(``sha256sum`` format) sits beside the files, every file it names is verified.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import struct
+from pathlib import Path
+
+from trainer.errors import DataError
+
+TRAIN_IMAGES = "train-images-idx3-ubyte"
+TRAIN_LABELS = "train-labels-idx1-ubyte"
+TEST_IMAGES = "t10k-images-idx3-ubyte"
+TEST_LABELS = "t10k-labels-idx1-ubyte"
+FILES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
+SUMS_FILE = "SHA256SUMS"
+SEED_HINT = "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --mirror URL)"
+S3_SEED_HINT = "seed it with 'python -m trainer.seed --from DIR --to s3://BUCKET/PREFIX'"
+
+_IDX_MAGIC = {3: 0x00000803, 1: 0x00000801}
+_EXPECTED_COUNT = {TRAIN_IMAGES: 60000, TRAIN_LABELS: 60000, TEST_IMAGES: 10000, TEST_LABELS: 10000}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """Parse a ``sha256sum``-format file into ``{file name: hex digest}``."""
+    return parse_sums(path.read_text(), str(path))
+
+
+def parse_sums(text: str, where: str) -> dict[str, str]:
+    """``sha256sum``-format text (from ``where``: a path or URL) as ``{file name: hex digest}``."""
+    sums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != 2 or len(parts[0]) != 64:
+            raise DataError(f"{where}:{number}: not a 'sha256  name' line: {line!r}")
+        sums[parts[1].lstrip("*")] = parts[0].lower()
+    return sums
+
+
+def format_sums(sums: dict[str, str]) -> str:
+    return "".join(f"{digest}  {name}\n" for name, digest in sorted(sums.items()))
+
+
+def find_file(directory: Path, name: str) -> Path | None:
+    """``name.gz`` or ``name`` in ``directory``, gzipped preferred; None if neither exists."""
+    for candidate in (directory / f"{name}.gz", directory / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_data_dir(root: Path) -> Path:
+    """The directory that holds the four files, or a one-line DataError naming what is missing."""
+    for directory in (root / "MNIST" / "raw", root):
+        if all(find_file(directory, name) for name in FILES):
+            return directory
+    layout_dir = root / "MNIST" / "raw"
+    missing = next(name for name in FILES if find_file(layout_dir, name) is None)
+    raise DataError(f"{layout_dir / missing}(.gz) not found; {SEED_HINT}")
+
+
+def verify_sums(directory: Path) -> None:
+    """Check every file named in ``directory/SHA256SUMS`` (if that file exists)."""
+    sums_path = directory / SUMS_FILE
+    if not sums_path.is_file():
+        return
+    for name, expected in read_sums(sums_path).items():
+        path = directory / name
+        if path.is_file() and sha256_file(path) != expected:
+            raise DataError(f"{path}: sha256 does not match {sums_path}; the file is corrupt, re-seed it")
+
+
+def decode_idx(path: Path) -> tuple[bytearray, int, list[int]]:
+    """One IDX file (gzipped or raw) as ``(bytes, header length, shape)``, its header and size checked:
+    a one-line DataError for anything that is not the MNIST file its name says."""
+    try:
+        # One mutable buffer that a tensor can then share: no copies of the 47 MB training images.
+        raw = bytearray(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        raise DataError(f"{path}: cannot read ({error}); re-seed it") from error
+    base = path.name.removesuffix(".gz")
+    ndim = 3 if "images" in base else 1
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise DataError(f"{path}: truncated IDX header; re-seed it")
+    magic, *dims = struct.unpack_from(f">I{ndim}I", raw)
+    if magic != _IDX_MAGIC[ndim] or dims[0] != _EXPECTED_COUNT.get(base, dims[0]):
+        raise DataError(f"{path}: not an MNIST IDX file (magic {magic:#x}, shape {dims}); re-seed it")
+    expected = header + _product(dims)
+    if len(raw) != expected:
+        raise DataError(f"{path}: {len(raw)} bytes, expected {expected}; the file is truncated")
+    return raw, header, dims
+
+
+def _product(dims: list[int]) -> int:
+    total = 1
+    for dim in dims:
+        total *= dim
+    return total
