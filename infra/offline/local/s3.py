@@ -32,8 +32,10 @@ WEED_PORTS = (
     "filer.port.grpc",
     "admin.port",
     "admin.port.grpc",
-    "webdav.port",
+    "webdav.port",  # unused with -webdav=false, but weed still probes it and logs a clash
 )
+# S3 alone (no WebDAV gateway), and no usage reports to SeaweedFS's telemetry server (on by default).
+WEED_OFF = ("-webdav=false", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0")
 
 
 class LocalS3Error(RuntimeError):
@@ -130,7 +132,7 @@ def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = Non
     s3_port = free_port()
     command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
     command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
-    command += ["-s3.port.iceberg=0", "-s3.port.lance=0"]
+    command += WEED_OFF
     # weed's own scratch directories (Go's os.TempDir) go under data_dir too, not into /tmp for good.
     scratch = data_dir / "tmp"
     scratch.mkdir(exist_ok=True)
