@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import socket
 from pathlib import Path
 
 import pytest
 
-from infra.offline.local.s3 import local_s3
+from infra.offline.local.s3 import free_port, local_s3
 from infra.offline.local.stack import run_rendering
 from tests.infra.conftest import render_config
 
@@ -112,8 +113,6 @@ def test_seed_job_with_rejected_keys_fails_at_once_with_4(tmp_path):
 
 
 def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_205(tmp_path):
-    from infra.offline.local.s3 import free_port
-
     overrides = {
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
         "AWS_ACCESS_KEY_ID": "k",
@@ -142,6 +141,22 @@ def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, mon
         assert client.get_object(Bucket="scratch-check", Key="k")["Body"].read() == b"x" * 100_000
     assert list(outside.iterdir()) == []
     assert any((tmp_path / "s3" / "tmp").iterdir())  # where they went instead
+
+
+def test_a_port_taken_before_weed_binds_it_starts_the_stand_in_again_on_new_ports(tmp_path, monkeypatch):
+    """The stand-in picks free ports, then weed binds them: one taken in between (here the S3 port,
+    held by a listener of the test's own) makes weed exit at once, and the stand-in starts it again."""
+    from infra.offline.local import s3 as stand_in
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        picks = iter([taken.getsockname()[1]])
+        monkeypatch.setattr(stand_in, "free_port", lambda: next(picks, None) or free_port())
+        with local_s3(tmp_path / "s3") as s3:
+            assert s3.endpoint != f"http://127.0.0.1:{taken.getsockname()[1]}"
+            s3.client().create_bucket(Bucket="after-a-clash")
+            assert [b["Name"] for b in s3.client().list_buckets()["Buckets"]] == ["after-a-clash"]
+    log = (tmp_path / "s3" / "weed.log").read_text()
+    assert len(stand_in.PORT_TAKEN.findall(log.encode())) == 1 and log.count("S3           ready") == 1
 
 
 def test_the_s3_stand_in_serves_s3_alone_on_loopback_and_reports_nothing(tmp_path):

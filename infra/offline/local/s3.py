@@ -10,6 +10,7 @@ as a cluster's MinIO would be. Keys are made per run and reach the pods in place
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 WEED_PORTS = (
     "s3.port.grpc",
@@ -120,6 +121,59 @@ def _wait_until_serving(server: LocalS3, process: subprocess.Popen[bytes], deadl
         time.sleep(0.2)
 
 
+# A port picked free can be taken before weed binds it (by another process's connection, or another
+# stand-in starting beside this one): weed then exits at once, and a new start with new ports follows.
+START_TRIES = 3
+# What weed logs then: its own check before binding, or the bind itself.
+PORT_TAKEN = re.compile(rb"is not available on 127\.0\.0\.1 and cannot be used|address already in use")
+
+
+def _weed_command(weed: str, data_dir: Path) -> tuple[list[str], int]:
+    """`weed mini` on free loopback ports, and its S3 port."""
+    s3_port = free_port()
+    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
+    command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
+    return command + list(WEED_OFF), s3_port
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _start_serving(
+    weed: str, data_dir: Path, env: dict[str, str], key_id: str, secret: str, log: BinaryIO
+) -> tuple[subprocess.Popen[bytes], LocalS3]:
+    """A started `weed mini` once it serves S3, started again on new ports when one was taken."""
+    log_path = data_dir / "weed.log"
+    for attempt in range(1, START_TRIES + 1):
+        command, s3_port = _weed_command(weed, data_dir)
+        log.flush()
+        started_at = log_path.stat().st_size
+        process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
+        server = LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
+        try:
+            _wait_until_answers(s3_port, process, deadline_s=60)
+            _wait_until_serving(server, process, deadline_s=60)
+            return process, server
+        except BaseException as error:
+            _stop(process)
+            retry = isinstance(error, LocalS3Error) and attempt < START_TRIES
+            if not (retry and PORT_TAKEN.search(_logged_since(log_path, started_at))):
+                raise
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _logged_since(log_path: Path, offset: int) -> bytes:
+    with log_path.open("rb") as log:
+        log.seek(offset)
+        return log.read()
+
+
 @contextmanager
 def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = None) -> Iterator[LocalS3]:
     """A SeaweedFS S3 server on 127.0.0.1 over `data_dir`, checking the given (or fresh) keys."""
@@ -129,25 +183,13 @@ def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = Non
     data_dir.mkdir(parents=True, exist_ok=True)
     key_id = key_id or f"local-{secrets.token_hex(4)}"
     secret = secret or secrets.token_urlsafe(24)
-    s3_port = free_port()
-    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
-    command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
-    command += WEED_OFF
     # weed's own scratch directories (Go's os.TempDir) go under data_dir too, not into /tmp for good.
     scratch = data_dir / "tmp"
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "TMPDIR": str(scratch)}
     with (data_dir / "weed.log").open("ab") as log:
-        process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
+        process, server = _start_serving(weed, data_dir, env, key_id, secret, log)
         try:
-            _wait_until_answers(s3_port, process, deadline_s=60)
-            server = LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
-            _wait_until_serving(server, process, deadline_s=60)
             yield server
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop(process)
