@@ -5,11 +5,14 @@ VENV := .venv
 INFRA_VENV := .venv-infra
 STACK ?= dev
 
-# pytest-xdist workers for `make test` and `make test-fast`: one per core (at most 4; the training
-# tests start two ranks each). TEST_WORKERS=0 runs everything in one process. Whole files go to one
-# worker (loadfile), so a module's trained model or server is built once.
-TEST_WORKERS ?= auto
-XDIST := -n $(TEST_WORKERS) --maxprocesses=4 --dist=loadfile
+# pytest-xdist workers for `make test` and `make test-fast`: one more than the cores, at most 4 (the
+# training tests start two ranks each). The tests' real processes spend much of their time waiting
+# (collective timeouts, back-offs, servers starting and stopping), which the extra worker fills; see
+# docs/BENCHMARKS.md#the-test-suite. TEST_WORKERS=N sets the number, TEST_WORKERS=0 runs everything
+# in one process. Whole files go to one worker (loadfile), so a module's trained model or server is
+# built once.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
+XDIST := -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 
