@@ -10,9 +10,10 @@ STACK ?= dev
 # (collective timeouts, back-offs, servers starting and stopping), which the extra worker fills; see
 # docs/BENCHMARKS.md#the-test-suite. TEST_WORKERS=N sets the number, TEST_WORKERS=0 runs everything
 # in one process. Whole files go to one worker (loadfile), so a module's trained model or server is
-# built once.
+# built once, in the order tests/conftest.py gives them (files with slow tests first): without
+# --no-loadscope-reorder, xdist would hand out the files with the most tests first instead.
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
-XDIST := -n $(TEST_WORKERS) --dist=loadfile
+XDIST := -n $(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder
 
 .PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 

@@ -30,6 +30,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`slow` tests first, in collection order otherwise: with several workers the longest files (the
-    local runs) start at once, instead of one of them keeping a worker busy after the others are done."""
+    """`slow` tests first, in collection order otherwise. pytest-xdist's `loadfile` hands out whole files
+    in the order of their first test (with `--no-loadscope-reorder`, as the Makefile passes it), so the
+    files of real runs start at once and the many quick files fill the end, instead of one long file
+    keeping a worker busy after the others are done."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
