@@ -10,19 +10,14 @@ from collections.abc import Iterator
 
 import boto3
 
+from infra.offline.local.ports import free_port
 from tests.e2e.fixtures.cluster import MINIO_NAMESPACE
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager
 def port_forward() -> Iterator[str]:
     """`http://127.0.0.1:<port>` forwarded to the MinIO Service while the block runs."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         ["kubectl", "-n", MINIO_NAMESPACE, "port-forward", "svc/minio", f"{port}:9000"],
         stdout=subprocess.DEVNULL,

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from infra.offline.local.plan import JobPlan
-from infra.offline.local.s3 import free_port, local_s3
+from infra.offline.local.ports import free_port
+from infra.offline.local.s3 import local_s3
 from infra.offline.local.supervisor import Supervisor
 from infra.offline.local.workloads import plan_stack
 from tests.infra.conftest import render_config

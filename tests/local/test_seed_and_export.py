@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.s3 import free_port, local_s3
+from infra.offline.local.ports import free_port
+from infra.offline.local.s3 import local_s3
 from infra.offline.local.stack import run_rendering
 from tests.infra.conftest import render_config
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -14,17 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from infra.offline.local.ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MNIST = REPO_ROOT.parent / "shared" / "data" / "mnist"
 VENV_BIN = Path(sys.executable).parent
 S3_KEY_ID = "trainer-test-key"
 S3_SECRET = "trainer-test-secret"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def subprocess_env(**overrides: str) -> dict[str, str]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from infra.offline.local.ports import free_port
 from trainer.launch import LaunchError, failure_exit_code, unexpanded_reference, wait_for_master
 
 
@@ -215,9 +216,3 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
         assert [(r["epochs_trained"], r["world_size"]) for r in restarts] == [(0, 2)]
     else:
         assert len(started) == 1 and restarts == []  # rank 0 ran torchrun; rank 1 waited for it
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

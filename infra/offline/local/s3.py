@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from infra.offline.local.ports import free_port
+
 WEED_PORTS = (
     "s3.port.grpc",
     "master.port",
@@ -70,12 +72,6 @@ class LocalS3:
             region_name="us-east-1",
             config=Config(**config),
         )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def weed_binary() -> str | None:

@@ -45,6 +45,7 @@ from typing import Any, TextIO
 
 from infra.offline.effective import EffectivePod
 from infra.offline.local.plan import LOCALHOST, _local_container, _pod_dns, local_name
+from infra.offline.local.ports import free_port
 
 READY_PATH = "/v2/health/ready"
 SERVER_OWNERS = ("Deployment/", "InferenceService/")
@@ -92,14 +93,6 @@ def plan_servers(
         argv = [a for a in container.argv if not a.startswith(("--port=", "--host="))]
         plans.append(ServerPlan(name, argv, container.env, version))
     return plans
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind((LOCALHOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:

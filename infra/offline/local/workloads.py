@@ -6,12 +6,12 @@ values (or local overrides) in place of the Secret references.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from infra.offline.cluster import ClusterView, cluster_view
 from infra.offline.local.plan import JobPlan, PlanError, plan, workloads
+from infra.offline.local.ports import free_port
 from infra.offline.manifest import Rendering
 from infra.offline.stackconfig import SECRET_PLACEHOLDER
 
@@ -28,12 +28,6 @@ class PodsRefused(Exception):
     def __init__(self, job: str, lines: list[str]) -> None:
         self.lines = lines
         super().__init__(f"job {job} cannot start: its pods are refused at admission")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stack_secret_resolver(rendering: Rendering) -> Callable[[str, str], str]:
