@@ -10,10 +10,10 @@ STACK ?= dev
 # (collective timeouts, back-offs, servers starting and stopping), which the extra worker fills; see
 # docs/BENCHMARKS.md#the-test-suite. TEST_WORKERS=N sets the number, TEST_WORKERS=0 runs everything
 # in one process. Whole files go to one worker (loadfile), so a module's trained model or server is
-# built once, in the order tests/conftest.py gives them (files with slow tests first): without
-# --no-loadscope-reorder, xdist would hand out the files with the most tests first instead.
+# built once; xdist hands them out by number of tests, which mixes the quick files of many tests with
+# the long local runs (measured faster than the long files first: docs/BENCHMARKS.md).
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
-XDIST := -n $(TEST_WORKERS) --dist=loadfile --no-loadscope-reorder
+XDIST := -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 

@@ -27,11 +27,3 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path == E2E_DIR and not selects_e2e(config.option.markexpr):
         return True
     return None
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`slow` tests first, in collection order otherwise. pytest-xdist's `loadfile` hands out whole files
-    in the order of their first test (with `--no-loadscope-reorder`, as the Makefile passes it), so the
-    files of real runs start at once and the many quick files fill the end, instead of one long file
-    keeping a worker busy after the others are done."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
