@@ -13,7 +13,7 @@ STACK ?= dev
 # built once; xdist hands them out by number of tests, which mixes the quick files of many tests with
 # the long local runs (measured faster than the long files first: docs/BENCHMARKS.md).
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
-XDIST := -n $(TEST_WORKERS) --dist=loadfile
+XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
 

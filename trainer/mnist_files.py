@@ -2,8 +2,8 @@
 ``--data`` accepts, and the IDX header check.
 
 The seed Job (:mod:`trainer.seed`) and the S3 code (:mod:`trainer.s3`) need only these, so a seed pod
-never imports torch (about 1 s of CPU and 300 MB of memory per start); :mod:`trainer.data` turns the
-checked bytes into tensors.
+never imports torch (about 1.2 s of CPU and 200 MB of memory per start: docs/BENCHMARKS.md);
+:mod:`trainer.data` turns the checked bytes into tensors.
 
 Accepted layouts for a data root (the first that holds the files wins):
 

@@ -329,8 +329,8 @@ def test_a_bucket_is_seeded_once_and_a_corrupted_object_again(
 
 
 def test_a_seed_imports_no_torch(procs: Any, bucket: Any, mnist_gz_dir: Path, tmp_path: Path) -> None:
-    """The seed Job's pod copies and checks files: it never pays torch's start-up (about 1 s of CPU and
-    300 MB per start). Every module a real seed imports, bucket to directory and directory to bucket,
+    """The seed Job's pod copies and checks files: it never pays torch's start-up (about 1.2 s of CPU and
+    200 MB per start). Every module a real seed imports, bucket to directory and directory to bucket,
     as Python's import profile lists them."""
 
     def imported(args: list[str]) -> set[str]:

@@ -1,5 +1,5 @@
 """Free loopback ports for what runs locally: a job's master port, the S3 stand-in's ports, the model
-server and its Service (and the tests' and benchmarks' own servers).
+server and its Service (and the tests' own servers).
 
 A port is picked, released, and bound by another process a moment later. A port from the kernel's
 ephemeral range (what binding port 0 gives) can be handed in between to any outgoing connection on
