@@ -26,7 +26,7 @@ ENV PYTHONUNBUFFERED=1 \
 
 # The trainer's only dependency beyond torch (imported only for s3:// data), with its whole
 # dependency closure pinned so a rebuild installs the same code (the versions the tests ran with).
-RUN pip install --no-cache-dir boto3==1.44.5 botocore==1.44.5 s3transfer==0.19.3 jmespath==1.1.0 \
+RUN pip install --no-cache-dir boto3==1.44.5 botocore==1.44.8 s3transfer==0.19.3 jmespath==1.1.0 \
         python-dateutil==2.9.0.post0 urllib3==2.8.0 six==1.17.0
 
 # uid/gid 1000 as the pods' securityContext expects (reuse them if the base already has them).
