@@ -1,0 +1,59 @@
+"""The local cluster: real control plane, KWOK nodes and the operators, on 127.0.0.1.
+
+    python -m infra.offline.realcluster up [--state DIR]      # make cluster-up
+    python -m infra.offline.realcluster down [--state DIR]    # make cluster-down
+    python -m infra.offline.realcluster status [--state DIR]
+
+`up` builds what is missing (infra.offline.realcluster.build), starts everything and prints the
+KUBECONFIG to use; `down` stops every process and removes the state directory.
+
+Exit codes: 0 done; 2 bad arguments; 3 no Go toolchain; 4 a part failed to build; 5 the cluster did not
+start (one line says which part; its log is in the state directory's logs/); 6 `status`: not running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from infra.offline.realcluster.build import BuildError
+from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, _alive, down, up
+
+EXIT_NOT_STARTED = 5
+EXIT_NOT_RUNNING = 6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.offline.realcluster", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--state", type=Path, default=DEFAULT_STATE, help=f"state directory (default {DEFAULT_STATE})"
+    )
+    args = parser.parse_args(argv)
+    state = State(args.state.resolve())
+    try:
+        if args.command == "up":
+            up(state)
+        elif args.command == "down":
+            down(state)
+        else:
+            pids = state.read().get("pids", {})
+            dead = [name for name, pid in pids.items() if not _alive(pid)]
+            if not pids or dead:
+                print(f"cluster: not running{' (exited: ' + ', '.join(dead) + ')' if dead else ''}")
+                return EXIT_NOT_RUNNING
+            print(f"cluster: running, {len(pids)} processes; KUBECONFIG={state.kubeconfig}")
+    except BuildError as error:
+        print(error, file=sys.stderr)
+        return error.code
+    except ClusterError as error:
+        print(error, file=sys.stderr)
+        return EXIT_NOT_STARTED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
