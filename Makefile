@@ -15,7 +15,7 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e lint golden schema infra-env lock clean
+.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down lint golden schema infra-env lock clean
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -65,6 +65,28 @@ test-fast: $(VENV)/.installed
 e2e: $(VENV)/.installed $(INFRA_VENV)/.installed
 	mkdir -p build/e2e
 	$(VENV)/bin/python -m pytest -m e2e tests/e2e -s -v -p no:cacheprovider --junitxml=build/e2e/junit.xml
+
+# The local cluster tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK, the
+# training operator, the Pulumi CLI and the Kubernetes provider, each built from its pinned wrapper Go
+# module (infra/offline/realcluster/parts/) into ~/.cache/ddp-mnist (rebuilt only when a pin changes),
+# run on 127.0.0.1. Needs Go >= 1.26, kubectl and openssl; never part of `run` or `test`.
+cluster-build: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster.build
+
+cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster up
+
+cluster-down: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster down
+
+# The tests/e2e_local scenarios through the Automation API with the real CLI and a file backend, against a
+# cluster of their own (started and stopped by the tier); the last line gives the target's wall time.
+e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed
+	@start=$$(date +%s); mkdir -p build/e2e-local; \
+	$(VENV)/bin/python -m pytest -m e2e_local tests/e2e_local -v -p no:cacheprovider \
+		--junitxml=build/e2e-local/junit.xml; code=$$?; \
+	echo "make e2e-local: exit $$code after $$(( $$(date +%s) - start )) s"; \
+	exit $$code
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q

@@ -1,4 +1,5 @@
-"""The cluster tier (tests/e2e) runs only when asked for: `make e2e` (`pytest -m e2e tests/e2e`)."""
+"""The cluster tiers run only when asked for: `make e2e` (`pytest -m e2e tests/e2e`, a real cluster)
+and `make e2e-local` (`pytest -m e2e_local tests/e2e_local`, the local cluster of real parts)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,30 @@ from pathlib import Path
 import pytest
 from _pytest.mark.expression import Expression
 
-E2E_DIR = Path(__file__).resolve().parent / "e2e"
+TESTS = Path(__file__).resolve().parent
+TIERS = {TESTS / "e2e": "e2e", TESTS / "e2e_local": "e2e_local"}
+E2E_DIR = TESTS / "e2e"
 
 
-def selects_e2e(markexpr: str) -> bool:
-    """Whether a `-m` expression asks for the `e2e` tests: it selects a test marked `e2e` and not an
-    unmarked one (`e2e`, `e2e or slow`; not `not e2e`, `not slow` or an empty one)."""
+def selects(markexpr: str, marker: str) -> bool:
+    """Whether a `-m` expression asks for the tests marked `marker`: it selects a test so marked and not
+    an unmarked one (`e2e`, `e2e or slow`; not `not e2e`, `not slow` or an empty one)."""
     if not markexpr:
         return False
     expression = Expression.compile(markexpr)
-    return bool(expression.evaluate(lambda name, **_: name == "e2e")) and not expression.evaluate(
+    return bool(expression.evaluate(lambda name, **_: name == marker)) and not expression.evaluate(
         lambda name, **_: False
     )
 
 
+def selects_e2e(markexpr: str) -> bool:
+    return selects(markexpr, "e2e")
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave tests/e2e out of every run whose `-m` does not select `e2e`, so `make test` neither imports
-    nor counts it."""
-    if collection_path == E2E_DIR and not selects_e2e(config.option.markexpr):
+    """Leave each cluster tier out of every run whose `-m` does not select it, so `make test` neither
+    imports nor counts it."""
+    marker = TIERS.get(collection_path)
+    if marker is not None and not selects(config.option.markexpr, marker):
         return True
     return None

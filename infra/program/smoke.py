@@ -38,9 +38,8 @@ import pulumi_kubernetes as k8s
 
 from infra.program.jobs import KubeflowJob, _field, wait_annotations
 from infra.program.meta import labels
-from infra.program.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 
-SMOKE_NAMESPACE = f"{PROJECT}-smoke"
 SMOKE_COMPONENT = "smoke-check"
 PYTORCHJOB_NAME = "operator-smoke"
 TRAINJOB_NAME = "trainer-smoke"
@@ -53,12 +52,6 @@ UID = 65534  # alpine's `nobody`, as in the operator's restricted init container
 # The training operator's condition messages (v1.9.4 pkg/controller.v1/common/job.go).
 BACKOFF_MESSAGE = "reached the specified backoff limit"
 DEADLINE_MESSAGE = "active longer than specified deadline"
-
-
-def smoke_enabled(settings: Settings) -> tuple[bool, bool]:
-    """(PyTorchJob check, TrainJob check): on where this stack installs that operator and the key is on."""
-    on = settings.operator_smoke_check and settings.stack_role != "job"
-    return on and settings.operator_install, on and settings.trainer_install
 
 
 def _security() -> tuple[dict[str, Any], dict[str, Any]]:

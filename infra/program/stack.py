@@ -18,7 +18,7 @@ from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
 from infra.program.serving import ModelServer, serve_example
 from infra.program.settings import Settings
-from infra.program.smoke import SmokeCheck, smoke_enabled
+from infra.program.smoke import SmokeCheck
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
@@ -67,7 +67,7 @@ def smoke_checks(
 ) -> dict[str, pulumi.Input[object]]:
     """The post-install smoke check of the operators this stack installs (operatorSmokeCheck): its
     outcomes, exported so that `pulumi up` awaits them and fails on a failed check."""
-    pytorchjob, trainjob = smoke_enabled(settings)
+    pytorchjob, trainjob = settings.smoke_checks
     if not (pytorchjob or trainjob):
         return {}
     check = SmokeCheck("smoke", settings, operator if pytorchjob else None, trainer if trainjob else None)

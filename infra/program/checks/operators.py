@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
-from infra.program.settings import Settings
+from infra.program.settings import SMOKE_NAMESPACE, Settings
 
 
 def unpinned_source(key: str, source: str) -> list[ConfigError]:
@@ -81,9 +81,7 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
 def smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:
     """The post-install smoke check's namespace belongs to the smoke check: its job runs, and is deleted,
     there (infra/program/smoke.py)."""
-    from infra.program.smoke import SMOKE_NAMESPACE, smoke_enabled
-
-    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and any(smoke_enabled(s)):
+    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and any(s.smoke_checks):
         yield ConfigError(
             "namespace",
             s.namespace,

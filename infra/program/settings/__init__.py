@@ -24,7 +24,12 @@ from infra.program.settings.cluster import ClusterSettings, NamespaceBudgetSetti
 from infra.program.settings.job import JobOutputSettings, JobSettings
 from infra.program.settings.lifecycle import JobLifecycleSettings
 from infra.program.settings.network import NetworkSettings, RendezvousSettings
-from infra.program.settings.operators import OperatorSettings, SmokeCheckSettings, TrainerV2Settings
+from infra.program.settings.operators import (
+    SMOKE_NAMESPACE,
+    OperatorSettings,
+    SmokeCheckSettings,
+    TrainerV2Settings,
+)
 from infra.program.settings.pods import JobPlacementSettings, JobResourceSettings, JobUserSettings
 from infra.program.settings.queue import QueueSettings
 from infra.program.settings.s3 import S3Settings
@@ -33,6 +38,7 @@ from infra.program.settings.serving import KServeSettings, ServingSettings
 from infra.program.settings.storage import StorageSettings
 
 __all__ = [
+    "SMOKE_NAMESPACE",
     "DEFAULT_MASTER_PORT",
     "K8S_VERSIONS",
     "OPERATOR_INIT_IMAGE",
@@ -72,6 +78,12 @@ class Settings(
     ClusterSettings,
 ):
     """Everything one stack needs; built once from stack config by `infra.program.config.load_settings`."""
+
+    @property
+    def smoke_checks(self) -> tuple[bool, bool]:
+        """(PyTorchJob check, TrainJob check): on where the stack installs that operator and the key is on."""
+        on = self.operator_smoke_check and self.stack_role != "job"
+        return on and self.operator_install, on and self.trainer_install
 
     @property
     def seeds_data(self) -> bool:

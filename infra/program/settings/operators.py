@@ -6,6 +6,7 @@ from pydantic import field_validator
 
 from infra.program.settings.base import (
     OPERATOR_INIT_IMAGE,
+    PROJECT,
     SettingsGroup,
     check_pinned_image,
     key,
@@ -69,6 +70,10 @@ class OperatorSettings(SettingsGroup):
         if "@sha256:" not in value:
             raise ValueError("an image pinned by digest, such as registry/alpine:3.20@sha256:<64 hex>")
         return value
+
+
+# The namespace the post-install smoke check creates, runs its jobs in and deletes (infra/program/smoke.py).
+SMOKE_NAMESPACE = f"{PROJECT}-smoke"
 
 
 class SmokeCheckSettings(SettingsGroup):

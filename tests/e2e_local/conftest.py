@@ -1,0 +1,114 @@
+"""The local cluster tier's session: the real parts built (or found built), a cluster started on
+127.0.0.1, the real Pulumi CLI with the Kubernetes provider plugin at the SDK's version, a file backend.
+
+Without Go, kubectl or openssl the tier stops before it collects anything, with one line (pytest's usage
+error, exit 4); a part that fails to build stops it the same way. Nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.offline.realcluster import build, cluster
+from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION
+from tests.e2e import live
+from tests.e2e.project import Backend
+from tests.e2e_local import scenario
+
+KEEP = os.environ.get("E2E_KEEP") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once, with one line, when the tier cannot run (exit 4, before any collection)."""
+    if not config.option.markexpr or "e2e_local" not in config.option.markexpr:
+        return
+    for tool, why in (
+        ("go", "it builds the real parts"),
+        ("kubectl", "the tier reads live objects with it"),
+        ("openssl", "it makes the cluster's certificates"),
+    ):
+        if shutil.which(tool) is None:
+            raise pytest.UsageError(f"e2e-local: no {tool} on PATH ({why})")
+    try:
+        build.build(list(build.PARTS))
+    except build.BuildError as error:
+        raise pytest.UsageError(f"e2e-local: {error}") from None
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.State]:
+    state = cluster.State(tmp_path_factory.mktemp("cluster"))
+    cluster.up(state)
+    saved = {key: os.environ.get(key) for key in ("KUBECONFIG", "PATH", "PULUMI_HOME")}
+    home = tmp_path_factory.mktemp("pulumi-home")
+    os.environ.update(
+        {
+            "KUBECONFIG": str(state.kubeconfig),
+            "PATH": f"{build.binary('pulumi').parent}{os.pathsep}{os.environ['PATH']}",
+            "PULUMI_HOME": str(home),
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        }
+    )
+    subprocess.run(
+        [
+            "pulumi",
+            "plugin",
+            "install",
+            "resource",
+            "kubernetes",
+            KUBERNETES_PROVIDER_VERSION,
+            "--file",
+            str(build.binary("pulumi-resource-kubernetes")),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    try:
+        yield state
+    finally:
+        if not KEEP:
+            cluster.down(state)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def backend(local_cluster: cluster.State, tmp_path_factory: pytest.TempPathFactory) -> Backend:
+    return Backend.create(tmp_path_factory.mktemp("pulumi"))
+
+
+@pytest.fixture(scope="session")
+def platform(backend: Backend) -> Iterator[dict]:
+    """The platform stack, from an empty cluster: the training operator from its pinned module."""
+    stack = scenario.stack(backend, "local-platform", scenario.platform_config())
+    result = stack.up(on_output=print, show_secrets=False)
+    outputs = {key: value.value for key, value in result.outputs.items()}
+    yield {"stack": stack, "outputs": outputs, "result": result}
+    if not KEEP:
+        stack.destroy(on_output=print)
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """On a failure, the namespace's events and the cluster's warnings go into the report."""
+    in_tier = "local_cluster" in getattr(item, "fixturenames", ())
+    if call.when == "call" and call.excinfo is not None and in_tier:
+        try:
+            events = live.kubectl("get", "events", "-A", "--field-selector", "type=Warning")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return
+        item.add_report_section("call", "warning events", events[-6000:])
+
+
+def state_logs(state: cluster.State) -> Path:
+    return state.directory / "logs"

@@ -1,0 +1,90 @@
+"""What the local tier's scenarios share: their stacks' config, the Automation API calls they judge,
+and the KWOK failure stages they set.
+
+The job stacks are the `make e2e` tier's (tests/e2e/stacks.py: the dev stack's twin as a job stack),
+with an image pinned by a digest nothing pulls (pods run no process under KWOK), and the platform stack
+takes the operator's overlay from the training-operator module the tier built: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pulumi import automation as auto
+
+from infra.offline.realcluster import fleet
+from infra.offline.realcluster.build import module_dir
+from infra.offline.realcluster.parts import PARTS
+from tests.e2e import judge, live
+from tests.e2e.project import Backend, program_stack
+from tests.e2e.stacks import platform_config as e2e_platform_config
+
+IMAGE = "ghcr.io/ddp-mnist/trainer@sha256:" + "5" * 64
+KEYS = ("local-access-key", "local-secret-key-0123456789")
+STAGES = "/apis/kwok.x-k8s.io/v1alpha1/stages"
+
+
+def operator_overlay() -> str:
+    module = module_dir(PARTS["training-operator"].directory, "github.com/kubeflow/training-operator")
+    return str(module / "manifests" / "overlays" / "standalone")
+
+
+def platform_config() -> dict[str, str]:
+    return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": operator_overlay()}
+
+
+def stack(backend: Backend, name: str, config: dict[str, str]) -> auto.Stack:
+    return program_stack(backend, name, config)
+
+
+def outputs(result: auto.UpResult) -> dict[str, Any]:
+    return {key: value.value for key, value in result.outputs.items()}
+
+
+def changes(summary: dict[str, int] | None) -> dict[str, int]:
+    """An update's or preview's resource changes other than `same`."""
+    return {op: count for op, count in (summary or {}).items() if op != "same" and count}
+
+
+@contextmanager
+def failing_pods(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Iterator[None]:
+    """While inside, the running job pods of `namespace` with `labels` exit with `exit_code`."""
+    body = fleet.failure_stage(name, namespace, labels, exit_code)
+    live.kubectl("apply", "-f", "-", stdin=_json(body))
+    try:
+        yield
+    finally:
+        live.kubectl("delete", "stage", name, "--ignore-not-found")
+
+
+def wait_for_failed_pod(namespace: str, exit_code: int, timeout_s: float = 120) -> str | None:
+    """The name of the first pod of `namespace` that ended with `exit_code`, once there is one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for pod in live.items("pod", namespace):
+            for status in pod.get("status", {}).get("containerStatuses", []):
+                if status.get("state", {}).get("terminated", {}).get("exitCode") == exit_code:
+                    return str(pod["metadata"]["name"])
+        time.sleep(1)
+    return None
+
+
+def wait_outcome(kind: str, name: str, namespace: str, timeout_s: float = 180) -> str | None:
+    """The job's final condition (Complete/Succeeded/Failed) once it has one."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        obj = live.get(kind, name, namespace) if live.exists(kind, name, namespace) else {}
+        outcome = judge.job_condition(obj) if obj else None
+        if outcome in ("Complete", "Succeeded", "Failed"):
+            return outcome
+        time.sleep(1)
+    return None
+
+
+def _json(body: dict) -> str:
+    import json
+
+    return json.dumps(body)

@@ -1,0 +1,134 @@
+"""The platform stack and a job stack (the dev stack's twin, serving on), against the real engine,
+API server, controllers and training operator, in this order:
+
+1. the platform stack comes up on an empty cluster, its smoke check passes;
+2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
+   the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused;
+3. a second `up` changes nothing, and neither does a preview after `refresh`, on both stacks;
+4. an edit of the job: the preview replaces the PyTorchJob and nothing else; a new `jobRunId`: the
+   preview updates the model server, never replaces it;
+5. the pods the real operator and Job controller created, as the API server admitted them, equal the
+   offline model's (infra/offline/effective) field by field for what it covers;
+6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from pulumi import automation as auto
+
+from tests.e2e import judge, live
+from tests.e2e.model import modelled, modelled_pod
+from tests.e2e.project import Backend, set_config
+from tests.e2e.stacks import JOB_NAMESPACE, job_config
+from tests.e2e_local import scenario
+
+pytestmark = pytest.mark.e2e_local
+
+JOB = "mnist-r1"
+SEED = "ddp-mnist-seed"
+CLAIM = "ddp-mnist-checkpoints"
+SERVER_KINDS = (
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:core/v1:Service",
+    "kubernetes:serving.kserve.io/v1beta1:InferenceService",
+)
+
+
+@pytest.fixture(scope="module")
+def job(backend: Backend, platform: dict) -> Iterator[dict]:
+    config = job_config(scenario.IMAGE, *scenario.KEYS, serveKind="deployment")
+    stack = scenario.stack(backend, "local-job", config)
+    state: dict = {"stack": stack, "config": config}
+    yield state
+    if not scenario_keep():
+        stack.destroy(on_output=print)
+        live.kubectl("delete", "namespace", JOB_NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def scenario_keep() -> bool:
+    import os
+
+    return os.environ.get("E2E_KEEP") == "1"
+
+
+def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> None:
+    outputs = platform["outputs"]
+    if "smokeCheck" in outputs:
+        assert outputs["smokeCheck"] == "passed", outputs["smokeCheck"]
+    assert live.exists("crd", "pytorchjobs.kubeflow.org")
+    deployment = live.get("deployment", "training-operator", "kubeflow")
+    assert deployment["status"].get("availableReplicas") == 1
+
+
+def test_2_a_job_stack_seeds_before_it_trains_and_serves(job: dict) -> None:
+    started = time.monotonic()
+    outputs = scenario.outputs(job["stack"].up(on_output=print, show_secrets=False))
+    job["up_seconds"] = time.monotonic() - started
+    assert outputs["seedOutcome"] == "Complete"
+    assert outputs["jobOutcome"] == "Succeeded"
+    seed = live.get("job", SEED, JOB_NAMESPACE)
+    pytorchjob = live.get("pytorchjob", JOB, JOB_NAMESPACE)
+    assert judge.job_condition(seed) == "Complete"
+    assert judge.job_condition(pytorchjob) == "Succeeded"
+    assert seed["status"]["completionTime"] <= pytorchjob["metadata"]["creationTimestamp"]
+    servers = live.items("deployment", JOB_NAMESPACE)
+    assert servers and all(d["status"].get("availableReplicas", 0) >= 1 for d in servers), servers
+    assert judge.refused_pod_creations(live.events(JOB_NAMESPACE)) == []
+    job["outputs"] = outputs
+    job["claim_uid"] = live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"]
+
+
+@pytest.mark.parametrize("which", ["platform", "job"])
+def test_3_a_second_up_and_a_preview_after_refresh_change_nothing(
+    which: str, platform: dict, job: dict
+) -> None:
+    stack: auto.Stack = platform["stack"] if which == "platform" else job["stack"]
+    again = stack.up(on_output=print, show_secrets=False)
+    assert scenario.changes(again.summary.resource_changes) == {}
+    stack.refresh(on_output=print)
+    preview = stack.preview(on_output=print)
+    assert scenario.changes(preview.change_summary) == {}
+
+
+def test_4_an_edited_job_is_replaced_alone_and_a_new_run_updates_the_server(job: dict) -> None:
+    stack: auto.Stack = job["stack"]
+    set_config(stack, {**job["config"], "ddp-mnist:jobCpuLimit": "3"})
+    steps: list[tuple[str, str]] = []
+    stack.preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
+    replaced = {kind for op, kind in steps if op in ("replace", "create-replacement", "delete-replaced")}
+    assert replaced == {"kubernetes:kubeflow.org/v1:PyTorchJob"}, steps
+
+    set_config(stack, {**job["config"], "ddp-mnist:jobRunId": "r2"})
+    steps.clear()
+    stack.preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
+    server_steps = {op for op, kind in steps if kind in SERVER_KINDS}
+    assert "replace" not in server_steps and "create-replacement" not in server_steps, steps
+    assert "update" in server_steps, steps
+    set_config(stack, job["config"])
+
+
+def test_5_admitted_pods_equal_the_offline_model(job: dict) -> None:
+    view = modelled("local-job", job["config"])
+    assert view.admission.refusals == []
+    for role in ("Master", "Worker"):
+        model = modelled_pod(view, role)
+        pod = live.get("pod", model["metadata"]["name"], JOB_NAMESPACE)
+        assert judge.pod_differences(pod, model, container="pytorch") == []
+
+
+def test_6_destroy_keeps_the_claim_and_reattaching_imports_it(job: dict) -> None:
+    stack: auto.Stack = job["stack"]
+    stack.destroy(on_output=print)
+    assert live.exists("namespace", JOB_NAMESPACE)
+    assert live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
+    assert not live.exists("pytorchjob", JOB, JOB_NAMESPACE)
+
+    job["config"] = {**job["config"], "ddp-mnist:reattachRetained": "true"}
+    set_config(stack, job["config"])
+    outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
+    assert outputs["jobOutcome"] == "Succeeded"
+    assert live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
