@@ -22,8 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, Settings
 from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
 
@@ -82,7 +82,7 @@ class TrainerV2(pulumi.ComponentResource):
     def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{PROJECT}:operator:TrainerV2", name, {}, opts)
         self.source = trainer_source(settings)
-        k8s.kustomize.v2.Directory(
+        Directory(
             f"{name}-manifests",
             directory=self.source,
             opts=pulumi.ResourceOptions(parent=self, transforms=[trainer_transform(settings)]),

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 
+from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 
 UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone"
@@ -31,6 +31,9 @@ TEMPLATE_ANNOTATION = f"{PROJECT}.io/pytorch-init-container-template"
 TEMPLATE_DIR = "/etc/config"
 TEMPLATE_FILE = "initContainer.yaml"
 CRD_TYPE = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
+SECRET_TYPE = "kubernetes:core/v1:Secret"
+# The overlay's empty Secret that the operator's cert-controller fills (its `--webhook-secret-name` default).
+WEBHOOK_CERT_SECRET = "training-operator-webhook-cert"
 MAX_TRIES = 100  # upstream's --pytorch-init-container-max-tries default, kept
 
 # Upstream's template (same loop, resources and pull policy), plus a securityContext that meets
@@ -155,18 +158,32 @@ def kept_crd(args: pulumi.ResourceTransformArgs, adopt: bool) -> pulumi.Resource
     )
 
 
+def cert_secret(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult:
+    """The webhook certificate Secret: the overlay creates it empty and the operator's cert-controller
+    writes its data (v1.9.4 `pkg/cert/cert.go`), so the stack leaves `data` alone. Without this, every
+    `pulumi up` of the pinned provider replaced the Secret (its live data differs from the overlay's), which
+    deletes the certificates the running webhook serves with (found by the local cluster tier; see
+    docs/ENGINE.md)."""
+    return pulumi.ResourceTransformResult(
+        props=args.props,
+        opts=pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(ignore_changes=["data"])),
+    )
+
+
 def operator_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """A transform for the overlay's children: rewrites the operator Deployment, and keeps the CRDs when
     the stack is destroyed (deleting a CRD deletes every object of its kind in the cluster, every
-    team's PyTorchJobs included) or adopts kept ones (`operatorAdoptCrds`). Everything else passes
-    unchanged."""
+    team's PyTorchJobs included) or adopts kept ones (`operatorAdoptCrds`), and leaves the webhook
+    certificate's data to the operator. Everything else passes unchanged."""
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         props: dict[str, Any] = dict(args.props)
         if args.type_ == CRD_TYPE:
             return kept_crd(args, settings.operator_adopt_crds)
+        if args.type_ == SECRET_TYPE and (props.get("metadata") or {}).get("name") == WEBHOOK_CERT_SECRET:
+            return cert_secret(args)
         if args.type_ != "kubernetes:apps/v1:Deployment":
             return None
         if (props.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:
@@ -187,7 +204,7 @@ class TrainingOperator(pulumi.ComponentResource):
     def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{PROJECT}:operator:TrainingOperator", name, {}, opts)
         self.source = operator_source(settings)
-        k8s.kustomize.v2.Directory(
+        Directory(
             f"{name}-manifests",
             directory=self.source,
             opts=pulumi.ResourceOptions(parent=self, transforms=[operator_transform(settings)]),
