@@ -4,7 +4,11 @@ Both run the trainer image's server (`python -m trainer.serve`) on the model of 
 from the run's export on S3/MinIO (credentials only through the stack's Secret) or from its checkpoint
 directory on the checkpoint PVC (mounted read-only). The stack registers these objects only after the
 training job succeeded (`infra.program.jobs.after_success` on the job's outcome): every one of them
-takes its namespace through that gate.
+carries the annotation `ddp-mnist.io/served-run` (the run id) through that gate. The gate is an
+annotation, not the namespace: while a preview replaces the job its outcome is unknown, and the
+provider reads an unknown namespace as another object, so every serving object showed as replaced
+where the real `up` updates (or keeps) it (pulumi-kubernetes `provider/pkg/provider/provider.go`,
+Diff; found by the local cluster tier, scenario 4).
 
 A new `jobRunId` changes the pod template only (the model URI and version); the Deployment's name
 never contains the run id, so the change is a rolling update (maxUnavailable 0, maxSurge 1) in which
@@ -196,11 +200,15 @@ def serve_example(settings: Settings) -> str:
     )
 
 
+SERVED_RUN_ANNOTATION = f"{PROJECT}.io/served-run"
+
+
 class ModelServer(pulumi.ComponentResource):
     """The server of the run's model, its identity, NetworkPolicy and PodDisruptionBudget.
 
-    `namespace` must come through `after_success` on the training job's outcome: nothing here is
-    registered before the job succeeded, and nothing at all when it failed.
+    `served_run` must come through `after_success` on the training job's outcome: every object carries
+    it as an annotation, so nothing here is registered before the job succeeded, and nothing at all when
+    it failed.
     """
 
     def __init__(
@@ -209,6 +217,7 @@ class ModelServer(pulumi.ComponentResource):
         settings: Settings,
         names: JobNames,
         namespace: pulumi.Input[str],
+        served_run: pulumi.Input[str],
         checkpoint_claim: pulumi.Input[str],
         secret_name: pulumi.Input[str] | None,
         after: tuple[pulumi.Resource, ...] = (),
@@ -220,8 +229,9 @@ class ModelServer(pulumi.ComponentResource):
         obj_labels = server_labels(settings, serve)
 
         def metadata(object_name: str, annotations: dict[str, str] | None = None) -> meta.ObjectMetaArgs:
+            gated: dict[str, pulumi.Input[str]] = {SERVED_RUN_ANNOTATION: served_run, **(annotations or {})}
             return meta.ObjectMetaArgs(
-                name=object_name, namespace=namespace, labels=obj_labels, annotations=annotations
+                name=object_name, namespace=namespace, labels=obj_labels, annotations=gated
             )
 
         account = core.ServiceAccount(

@@ -141,13 +141,14 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     kserve = KServe("kserve", settings) if settings.kserve_install else None
     served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
     if settings.serve_kind != "none":
-        # Every serving object takes its namespace through the job's outcome: registered only once the
-        # training job succeeded, never after a failed one.
+        # Every serving object is annotated with the run it serves through the job's outcome: registered
+        # only once the training job succeeded, never after a failed one.
         server = ModelServer(
             "server",
             settings,
             names,
-            after_success(pulumi.Output.from_input(namespace), job.outcome),
+            namespace,
+            after_success(pulumi.Output.from_input(settings.job_run_id), job.outcome),
             storage.checkpoint_claim,
             secret_name,
             after=(kserve,) if kserve else (),

@@ -219,7 +219,10 @@ def test_a_new_run_id_rolls_the_same_server_to_the_new_model_without_a_gap(value
     assert old_pod["containers"][0]["args"] != new_pod["containers"][0]["args"]
     assert "--model-version=r2" in new_pod["containers"][0]["args"]
     assert "--model-uri=/checkpoints/mnist-r2" in new_pod["containers"][0]["args"]
+    assert new["metadata"]["annotations"]["ddp-mnist.io/served-run"] == "r2"
+    assert old["metadata"]["annotations"]["ddp-mnist.io/served-run"] == "r1"
     strip = copy.deepcopy(new)
+    strip["metadata"]["annotations"]["ddp-mnist.io/served-run"] = "r1"
     for pod in (_server_pod(strip),):
         pod["containers"][0]["args"] = old_pod["containers"][0]["args"]
     assert strip == old  # nothing else changes

@@ -322,6 +322,7 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
                 "--node-ip=10.250.0.1",
                 f"--server-address=127.0.0.1:{ports['kwok']}",
                 "--enable-crds=Stage",
+                "--node-lease-duration-seconds=40",
             ],
         )
         state.write(data)
@@ -353,7 +354,7 @@ def _wait_established(client: Client, crd: str, deadline: float) -> None:
         got = client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}") or {}
         if any(
             c["type"] == "Established" and c["status"] == "True"
-            for c in got.get("status", {}).get("conditions", [])
+            for c in (got.get("status") or {}).get("conditions") or []
         ):
             return
         time.sleep(0.2)
@@ -369,7 +370,8 @@ def _nodes_ready(client: Client) -> bool:
         n
         for n in listed
         if any(
-            c["type"] == "Ready" and c["status"] == "True" for c in n.get("status", {}).get("conditions", [])
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (n.get("status") or {}).get("conditions") or []
         )
     ]
     return len(ready) == len(fleet.nodes())
