@@ -47,6 +47,10 @@ class Options:
     import_id: str = ""  # adopt this existing object instead of creating it
     replace_with: tuple[str, ...] = ()  # logical names of resources whose replacement replaces this one
     ignore_changes: tuple[str, ...] = ()  # input paths whose differences the engine ignores
+    # Input property -> logical names of the resources its value came from. The engine re-diffs those
+    # properties as unknown when such a resource is replaced delete-before-replace (pulumi
+    # `pkg/resource/deploy/step_generator.go`, calculateDependentReplacements).
+    property_dependencies: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,13 @@ class _RecordingMonitor(MockMonitor):
             import_id=request.importId,
             replace_with=tuple(sorted(urn.rsplit("::", 1)[-1] for urn in request.replace_with)),
             ignore_changes=tuple(request.ignoreChanges),
+            property_dependencies=tuple(
+                sorted(
+                    (key, tuple(sorted(urn.rsplit("::", 1)[-1] for urn in deps.urns)))
+                    for key, deps in request.propertyDependencies.items()
+                    if deps.urns
+                )
+            ),
         )
         return super().RegisterResource(request)
 

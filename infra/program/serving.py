@@ -3,12 +3,16 @@
 Both run the trainer image's server (`python -m trainer.serve`) on the model of the run `jobRunId` names,
 from the run's export on S3/MinIO (credentials only through the stack's Secret) or from its checkpoint
 directory on the checkpoint PVC (mounted read-only). The stack registers these objects only after the
-training job succeeded (`infra.program.jobs.after_success` on the job's outcome): every one of them
-carries the annotation `ddp-mnist.io/served-run` (the run id) through that gate. The gate is an
-annotation, not the namespace: while a preview replaces the job its outcome is unknown, and the
-provider reads an unknown namespace as another object, so every serving object showed as replaced
-where the real `up` updates (or keeps) it (pulumi-kubernetes `provider/pkg/provider/provider.go`,
-Diff; found by the local cluster tier, scenario 4).
+training job succeeded: every one of them depends on the job through `depends_on` given as an Output
+of the job's outcome (`infra.program.jobs.after_success`). The Python SDK awaits that Output before it
+registers a resource and fails the registration when the outcome failed (`pulumi/runtime/
+_depends_on.py`), and the job becomes a dependency of the resource, not of any of its properties. That
+difference matters: when a preview or an `up` replaces the job (delete before replace: its name is
+fixed), the engine re-diffs every resource with a property that depends on the job, with those
+properties unknown (pulumi `pkg/resource/deploy/step_generator.go`, calculateDependentReplacements),
+and an unknown `metadata` (name, namespace) or Deployment `spec` (selector) forces a replacement
+(pulumi-kubernetes `provider/pkg/provider/diff.go`). Gated through a property, as before, every
+serving object showed as replaced by a job edit or a new run (found by the local cluster tier).
 
 A new `jobRunId` changes the pod template only (the model URI and version); the Deployment's name
 never contains the run id, so the change is a rolling update (maxUnavailable 0, maxSurge 1) in which
@@ -200,15 +204,11 @@ def serve_example(settings: Settings) -> str:
     )
 
 
-SERVED_RUN_ANNOTATION = f"{PROJECT}.io/served-run"
-
-
 class ModelServer(pulumi.ComponentResource):
     """The server of the run's model, its identity, NetworkPolicy and PodDisruptionBudget.
 
-    `served_run` must come through `after_success` on the training job's outcome: every object carries
-    it as an annotation, so nothing here is registered before the job succeeded, and nothing at all when
-    it failed.
+    `ready` is `after_success` of anything on the training job's outcome: every object here depends on
+    it, so nothing is registered before the job succeeded, and nothing at all when it failed.
     """
 
     def __init__(
@@ -217,7 +217,7 @@ class ModelServer(pulumi.ComponentResource):
         settings: Settings,
         names: JobNames,
         namespace: pulumi.Input[str],
-        served_run: pulumi.Input[str],
+        ready: pulumi.Output[Any],
         checkpoint_claim: pulumi.Input[str],
         secret_name: pulumi.Input[str] | None,
         after: tuple[pulumi.Resource, ...] = (),
@@ -225,13 +225,13 @@ class ModelServer(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{PROJECT}:serving:ModelServer", name, {}, opts)
         serve = serve_names(settings)
-        child = pulumi.ResourceOptions(parent=self)
+        self._ready = ready
+        child = self._gated()
         obj_labels = server_labels(settings, serve)
 
         def metadata(object_name: str, annotations: dict[str, str] | None = None) -> meta.ObjectMetaArgs:
-            gated: dict[str, pulumi.Input[str]] = {SERVED_RUN_ANNOTATION: served_run, **(annotations or {})}
             return meta.ObjectMetaArgs(
-                name=object_name, namespace=namespace, labels=obj_labels, annotations=gated
+                name=object_name, namespace=namespace, labels=obj_labels, annotations=annotations
             )
 
         account = core.ServiceAccount(
@@ -259,13 +259,17 @@ class ModelServer(pulumi.ComponentResource):
             settings, names, secret_name, KSERVE_CONTAINER if kserve else DEPLOYMENT_CONTAINER
         )
         volumes = server_volumes(settings, checkpoint_claim)
-        first = pulumi.ResourceOptions(parent=self, depends_on=[policy, *after])
+        first = self._gated(policy, *after)
         if kserve:
             self._inference_service(name, settings, serve, metadata, container, volumes, account, first)
         else:
             self._deployment(name, settings, serve, metadata, container, volumes, account, first)
         self.url = serve_url(settings)
         self.register_outputs({"url": self.url})
+
+    def _gated(self, *after: pulumi.Resource) -> pulumi.ResourceOptions:
+        """A child's options: after `after`, and only once the job succeeded (see the module docstring)."""
+        return pulumi.ResourceOptions(parent=self, depends_on=self._ready.apply(lambda _: list(after)))
 
     @staticmethod
     def _pod_fields(
@@ -328,7 +332,7 @@ class ModelServer(pulumi.ComponentResource):
                     )
                 ],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._gated(),
         )
 
     def _inference_service(

@@ -141,8 +141,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
     kserve = KServe("kserve", settings) if settings.kserve_install else None
     served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
     if settings.serve_kind != "none":
-        # Every serving object is annotated with the run it serves through the job's outcome: registered
-        # only once the training job succeeded, never after a failed one.
+        # Every serving object depends on the job through its outcome: registered only once the training
+        # job succeeded, never after a failed one (infra/program/serving.py says why not a property).
         server = ModelServer(
             "server",
             settings,

@@ -1,0 +1,176 @@
+"""The local cluster tier's own logic, without building or starting anything (`make e2e-local` runs it
+for real): fake nodes that the shipped stacks' job pods fit, KWOK stages, the build cache's key, the
+volume provisioner's PersistentVolumes, the operator pod's downward API, and the CLI's exit codes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from infra.offline.realcluster import build, fleet
+from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
+from infra.offline.realcluster.cluster import _egress_config
+from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
+from infra.offline.realcluster.supervisor import _field, _target, _volume
+from infra.offline.stackconfig import load_stack
+from infra.program.config import settings_from_raw
+from infra.program.scheduling import node_selector, tolerations
+from infra.program.settings import parse_quantity
+
+SHIPPED_JOB_STACKS = ["dev", "gke-gpu", "gke-trainjob", "eks-gpu", "aks-gpu"]
+
+
+def _settings(stack: str):
+    config = load_stack(stack)
+    return settings_from_raw(config.values, set(config.secret_keys))[0]
+
+
+def _fits(node: dict, settings) -> bool:
+    labels = node["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in node_selector(settings.job_node_selector).items()):
+        return False
+    tolerated = tolerations(settings.job_tolerations)
+    for taint in node["spec"].get("taints", []):
+        if not any(
+            t["key"] == taint["key"]
+            and t.get("effect") in (None, taint["effect"])
+            and (t.get("operator") == "Exists" or t.get("value", "") == taint.get("value", ""))
+            for t in tolerated
+        ):
+            return False
+    capacity = node["status"]["capacity"]
+    return (
+        int(capacity.get("nvidia.com/gpu", "0")) >= settings.job_gpus_per_node
+        and parse_quantity(capacity["cpu"]) >= parse_quantity(settings.job_cpu_request)
+        and parse_quantity(capacity["memory"]) >= parse_quantity(settings.job_memory_request)
+    )
+
+
+@pytest.mark.parametrize("stack", SHIPPED_JOB_STACKS)
+def test_every_shipped_stacks_job_pods_fit_a_fake_node_pool_with_room_for_every_node(stack):
+    settings = _settings(stack)
+    fitting = [n for n in fleet.nodes() if _fits(n, settings)]
+    assert len(fitting) >= settings.job_nodes, (stack, [n["metadata"]["name"] for n in fitting])
+
+
+def test_gpu_pools_are_tainted_so_cpu_pods_stay_off_them():
+    settings = _settings("dev")
+    fitting = {n["metadata"]["labels"]["ddp-mnist.local/pool"] for n in fleet.nodes() if _fits(n, settings)}
+    assert fitting == {"cpu"}
+
+
+def test_every_fake_node_is_managed_by_kwok_and_unique():
+    names = [n["metadata"]["name"] for n in fleet.nodes()]
+    assert len(names) == len(set(names))
+    assert all(n["metadata"]["annotations"][fleet.FAKE_NODE_ANNOTATION] == "fake" for n in fleet.nodes())
+
+
+def test_a_failure_stage_outweighs_the_completion_stage_for_its_namespace_and_labels_only():
+    complete = fleet.job_pod_complete()
+    failure = fleet.failure_stage("f", "ns1", {"job-name": "seed"}, 3)
+    assert complete["spec"].get("weight", 0) == 0
+    assert failure["spec"]["weight"] > 0  # KWOK's Lifecycle.Match never picks weight 0 over it
+    keys = {e["key"]: e["values"] for e in failure["spec"]["selector"]["matchExpressions"] if "values" in e}
+    assert keys[".metadata.namespace"] == ["ns1"]
+    assert keys['.metadata.labels["job-name"]'] == ["seed"]
+    assert "exitCode: 3" in failure["spec"]["next"]["statusTemplate"]
+    assert "phase: Failed" in failure["spec"]["next"]["statusTemplate"]
+    assert "phase: Succeeded" in complete["spec"]["next"]["statusTemplate"]
+
+
+def test_the_part_key_follows_the_pin_and_nothing_else(tmp_path, monkeypatch):
+    wrapper = tmp_path / "parts" / "demo"
+    wrapper.mkdir(parents=True)
+    (wrapper / "go.mod").write_text("module demo\n")
+    (wrapper / "go.sum").write_text("a v1 h1:x\n")
+    monkeypatch.setattr("infra.offline.realcluster.parts.PARTS_DIR", tmp_path / "parts")
+    part = Part("demo", {"demo": "example.com/demo"})
+    first = build.part_key(part, "go1.26.8")
+    assert build.part_key(part, "go1.26.8") == first
+    (wrapper / "go.sum").write_text("a v2 h1:y\n")
+    assert build.part_key(part, "go1.26.8") != first
+    assert build.part_key(part, "go1.27.0") != build.part_key(part, "go1.26.8")
+
+
+def test_the_provider_key_covers_the_files_its_build_writes():
+    provider = PARTS["kubernetes-provider"]
+    assert provider.generated is not None
+    assert "provider.Serve" in PROVIDER_MAIN
+
+
+def test_without_go_the_build_stops_with_one_line_and_exit_3(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert shutil.which("go") is None
+    assert build.main(["--part", "etcd"]) == build.EXIT_NO_GO
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Go toolchain on PATH" in err[0]
+
+
+def test_the_api_servers_egress_to_services_goes_to_the_supervisors_socket(tmp_path):
+    config = _egress_config(tmp_path / "egress.sock")
+    (selection,) = config["egressSelections"]
+    assert selection["name"] == "cluster"
+    assert selection["connection"] == {
+        "proxyProtocol": "HTTPConnect",
+        "transport": {"uds": {"udsName": str(tmp_path / "egress.sock")}},
+    }
+
+
+def test_a_provisioned_volume_is_bound_to_its_claim_with_the_class_policy():
+    claim = {
+        "metadata": {"name": "data", "namespace": "ns", "uid": "u1"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "5Gi"}}},
+    }
+    storage_class = {
+        "metadata": {"name": "nfs"},
+        "provisioner": "nfs.csi.k8s.io",
+        "reclaimPolicy": "Retain",
+        "parameters": {"server": "nfs", "share": "/"},
+        "mountOptions": ["nfsvers=4.1"],
+    }
+    volume = _volume(claim, storage_class)
+    spec = volume["spec"]
+    assert spec["claimRef"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "namespace": "ns",
+        "name": "data",
+        "uid": "u1",
+    }
+    assert spec["persistentVolumeReclaimPolicy"] == "Retain"
+    assert spec["accessModes"] == ["ReadWriteMany"] and spec["capacity"] == {"storage": "5Gi"}
+    assert spec["csi"]["driver"] == "nfs.csi.k8s.io" and spec["storageClassName"] == "nfs"
+    assert spec["mountOptions"] == ["nfsvers=4.1"]
+
+
+def test_the_operator_pod_reads_the_downward_api_and_its_named_ports():
+    pod = {
+        "metadata": {
+            "name": "op",
+            "namespace": "kubeflow",
+            "annotations": {"a/b": "tmpl"},
+            "labels": {"x": "y"},
+        },
+        "spec": {"containers": [{"name": "c", "ports": [{"name": "webhook-server", "containerPort": 9443}]}]},
+    }
+    assert _field(pod, "metadata.namespace") == "kubeflow"
+    assert _field(pod, "metadata.annotations['a/b']") == "tmpl"
+    assert _field(pod, "metadata.labels['x']") == "y"
+    with pytest.raises(ValueError, match="unsupported downward API field"):
+        _field(pod, "spec.nodeName")
+    assert _target("webhook-server", pod, {9443: 31000}) == 31000
+    assert _target(9443, pod, {9443: 31000}) == 31000
+    assert _target("metrics", pod, {9443: 31000}) is None
+
+
+def test_status_of_a_cluster_that_is_not_running_exits_6(tmp_path: Path, capsys):
+    assert main(["status", "--state", str(tmp_path / "none")]) == EXIT_NOT_RUNNING
+    assert capsys.readouterr().out.strip() == "cluster: not running"
+
+
+def test_an_unknown_command_is_a_usage_error():
+    with pytest.raises(SystemExit) as exited:
+        main(["start"])
+    assert exited.value.code == 2
