@@ -15,7 +15,7 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down lint golden schema infra-env lock clean
+.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env lock clean
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -78,6 +78,11 @@ cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed
 
 cluster-down: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.realcluster down
+
+# A real preview and up of STACK against the running local cluster (`make cluster-up` first); extra
+# arguments in REHEARSE_ARGS (e.g. `--set minioExistingSecret= --local-sources`).
+rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 
 # The tests/e2e_local scenarios through the Automation API with the real CLI and a file backend, against a
 # cluster of their own (started and stopped by the tier); the last line gives the target's wall time.
