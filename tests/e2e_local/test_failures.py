@@ -91,7 +91,7 @@ def test_9_the_retry_rule(backend: Backend, platform: dict, kind: str, exit_code
     """The first pod of rank 0 exits with `exit_code` once; the job's final outcome."""
     namespace = f"{RETRY_NAMESPACE}-{kind}-{exit_code}"
     # ExitCode: the PyTorchJob rule this scenario judges (OnFailure restarts containers in place, which a
-    # kubelet does and KWOK does not).
+    # kubelet does and KWOK does not); the program requires a deadline with it.
     config = job_config(
         scenario.IMAGE,
         *scenario.KEYS,
@@ -100,6 +100,7 @@ def test_9_the_retry_rule(backend: Backend, platform: dict, kind: str, exit_code
         storageClassName=f"ddp-mnist-nfs-retry-{kind}-{exit_code}",
         jobWait="false",
         jobRestartPolicy="ExitCode",
+        jobActiveDeadlineSeconds="600",
     )
     stack = scenario.stack(backend, f"local-retry-{kind}-{exit_code}", config)
     live_kind = "job" if kind == "indexed-job" else "pytorchjob"
