@@ -8,6 +8,7 @@ takes the operator's overlay from the training-operator module the tier built: n
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -82,6 +83,52 @@ def wait_outcome(kind: str, name: str, namespace: str, timeout_s: float = 180) -
             return outcome
         time.sleep(1)
     return None
+
+
+def covered_differences(live: Any, model: Any, path: str = "") -> list[str]:
+    """Where the live object differs from the model, for every field the model sets (dict keys the model
+    leaves out are the API server's or a controller's to add: `added_fields` lists them). Generated
+    names are compared by the model's prefix (the model shows `<hash>`-style placeholders)."""
+    if isinstance(model, dict):
+        if not isinstance(live, dict):
+            return [f"{path or '.'}: live {json.dumps(live)}, modelled an object"]
+        problems = []
+        for key, value in model.items():
+            if path == ".metadata" and key in ("generateName", "name") and "<" in str(value):
+                continue
+            problems += covered_differences(live.get(key), value, f"{path}.{key}")
+        return problems
+    if isinstance(model, list):
+        if not isinstance(live, list) or len(live) != len(model):
+            shown = json.dumps(live, sort_keys=True), json.dumps(model, sort_keys=True)
+            return [f"{path}: live {shown[0]}, modelled {shown[1]}"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(live, model, strict=True))
+            for d in covered_differences(a, b, f"{path}[{i}]")
+        ]
+    if live != model:
+        return [f"{path}: live {json.dumps(live)}, modelled {json.dumps(model)}"]
+    return []
+
+
+def added_fields(live: Any, model: Any, path: str = "") -> list[str]:
+    """The fields of the live object the model does not set (what the API server and controllers add)."""
+    if isinstance(live, dict) and isinstance(model, dict):
+        return [
+            f
+            for key, value in live.items()
+            for f in (
+                [f"{path}.{key}"] if key not in model else added_fields(value, model[key], f"{path}.{key}")
+            )
+        ]
+    if isinstance(live, list) and isinstance(model, list) and len(live) == len(model):
+        return [
+            f
+            for i, (a, b) in enumerate(zip(live, model, strict=True))
+            for f in added_fields(a, b, f"{path}[{i}]")
+        ]
+    return []
 
 
 def _json(body: dict) -> str:

@@ -118,6 +118,13 @@ def test_5_admitted_pods_equal_the_offline_model(job: dict) -> None:
         model = modelled_pod(view, role)
         pod = live.get("pod", model["metadata"]["name"], JOB_NAMESPACE)
         assert judge.pod_differences(pod, model, container="pytorch") == []
+        # Field by field, everything the model sets (docs/ADMISSION.md lists what the API server adds).
+        assert scenario.covered_differences(pod["spec"], model["spec"], ".spec") == []
+        assert scenario.covered_differences(pod["metadata"], model["metadata"], ".metadata") == []
+        print(
+            f"{role}: added by the API server and controllers:",
+            scenario.added_fields(pod["spec"], model["spec"], ".spec"),
+        )
 
 
 def test_6_destroy_keeps_the_claim_and_reattaching_imports_it(job: dict) -> None:
