@@ -68,10 +68,13 @@ def passphrase(state: State) -> str:
 
 
 def environment(state: State) -> dict[str, str]:
+    """The rehearsal's Pulumi environment; the built CLI also goes first on this process's PATH, where the
+    Automation API looks it up."""
     home = state.directory / "pulumi" / "home"
+    os.environ["PATH"] = f"{binary('pulumi').parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {
         "KUBECONFIG": str(state.kubeconfig),
-        "PATH": f"{binary('pulumi').parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": os.environ["PATH"],
         "PULUMI_HOME": str(home),
         "PULUMI_BACKEND_URL": (state.directory / "pulumi" / "state").as_uri(),
         "PULUMI_CONFIG_PASSPHRASE": passphrase(state),
@@ -116,7 +119,7 @@ def rehearsal_config(
                 f"--set {entry!r}: expected KEY=VALUE (a config key of {PROJECT}, e.g. minioBucket=mnist)"
             )
         full = key if ":" in key else f"{PROJECT}:{key}"
-        config[full] = auto.ConfigValue(value, secret=full in SECRET_KEYS)
+        config[full] = auto.ConfigValue(value, secret=full.split(":", 1)[1] in SECRET_KEYS)
         if full in placeholders:
             placeholders.remove(full)
     if local_sources:
