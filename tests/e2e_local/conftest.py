@@ -11,17 +11,24 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from infra.offline.realcluster import build, cluster
-from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION
+from infra.offline.realcluster.rehearse import engine_environment
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario
 
 KEEP = os.environ.get("E2E_KEEP") == "1"
+# What `engine_environment` sets in this process, restored when the session ends.
+ENGINE_KEYS = (
+    "KUBECONFIG",
+    "PATH",
+    "PULUMI_HOME",
+    "PULUMI_SKIP_UPDATE_CHECK",
+    "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,32 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.State]:
     state = cluster.State(tmp_path_factory.mktemp("cluster"))
     cluster.up(state)
-    saved = {key: os.environ.get(key) for key in ("KUBECONFIG", "PATH", "PULUMI_HOME")}
-    home = tmp_path_factory.mktemp("pulumi-home")
-    os.environ.update(
-        {
-            "KUBECONFIG": str(state.kubeconfig),
-            "PATH": f"{build.binary('pulumi').parent}{os.pathsep}{os.environ['PATH']}",
-            "PULUMI_HOME": str(home),
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        }
-    )
-    subprocess.run(
-        [
-            "pulumi",
-            "plugin",
-            "install",
-            "resource",
-            "kubernetes",
-            KUBERNETES_PROVIDER_VERSION,
-            "--file",
-            str(build.binary("pulumi-resource-kubernetes")),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    saved = {key: os.environ.get(key) for key in ENGINE_KEYS}
+    os.environ.update(engine_environment(state, tmp_path_factory.mktemp("pulumi-home")))
     try:
         yield state
     finally:
@@ -108,7 +91,3 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
         except (RuntimeError, subprocess.TimeoutExpired):
             return
         item.add_report_section("call", "warning events", events[-6000:])
-
-
-def state_logs(state: cluster.State) -> Path:
-    return state.directory / "logs"

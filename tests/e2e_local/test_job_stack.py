@@ -25,6 +25,7 @@ from tests.e2e.model import modelled, modelled_pod
 from tests.e2e.project import Backend, set_config
 from tests.e2e.stacks import JOB_NAMESPACE, job_config
 from tests.e2e_local import scenario
+from tests.e2e_local.conftest import KEEP
 
 pytestmark = pytest.mark.e2e_local
 
@@ -44,15 +45,9 @@ def job(backend: Backend, platform: dict) -> Iterator[dict]:
     stack = scenario.stack(backend, "local-job", config)
     state: dict = {"stack": stack, "config": config}
     yield state
-    if not scenario_keep():
+    if not KEEP:
         stack.destroy(on_output=print)
         live.kubectl("delete", "namespace", JOB_NAMESPACE, "--ignore-not-found", "--wait=false")
-
-
-def scenario_keep() -> bool:
-    import os
-
-    return os.environ.get("E2E_KEEP") == "1"
 
 
 def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> None:

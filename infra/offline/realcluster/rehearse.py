@@ -67,21 +67,19 @@ def passphrase(state: State) -> str:
     return path.read_text()
 
 
-def environment(state: State) -> dict[str, str]:
-    """The rehearsal's Pulumi environment; the built CLI also goes first on this process's PATH, where the
-    Automation API looks it up."""
-    home = state.directory / "pulumi" / "home"
+def engine_environment(state: State, home: Path) -> dict[str, str]:
+    """What the real CLI needs against the cluster of `state`: its kubeconfig, the built CLI first on PATH
+    (also this process's, where the Automation API looks it up), a Pulumi home at `home` with the
+    Kubernetes provider plugin of the SDK's version installed from its build, no update checks and no
+    plugin downloads."""
     os.environ["PATH"] = f"{binary('pulumi').parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {
         "KUBECONFIG": str(state.kubeconfig),
         "PATH": os.environ["PATH"],
         "PULUMI_HOME": str(home),
-        "PULUMI_BACKEND_URL": (state.directory / "pulumi" / "state").as_uri(),
-        "PULUMI_CONFIG_PASSPHRASE": passphrase(state),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
     }
-    (state.directory / "pulumi" / "state").mkdir(parents=True, exist_ok=True)
     if not (home / "plugins" / f"resource-kubernetes-v{KUBERNETES_PROVIDER_VERSION}").exists():
         subprocess.run(
             [
@@ -99,6 +97,17 @@ def environment(state: State) -> dict[str, str]:
             capture_output=True,
         )
     return env
+
+
+def environment(state: State) -> dict[str, str]:
+    """The rehearsal's environment: the engine's, and a file backend of the cluster's own."""
+    backend = state.directory / "pulumi" / "state"
+    backend.mkdir(parents=True, exist_ok=True)
+    return {
+        **engine_environment(state, state.directory / "pulumi" / "home"),
+        "PULUMI_BACKEND_URL": backend.as_uri(),
+        "PULUMI_CONFIG_PASSPHRASE": passphrase(state),
+    }
 
 
 def rehearsal_config(

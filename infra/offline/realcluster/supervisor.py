@@ -24,7 +24,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,8 +384,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="the local cluster's stand-ins (started by `up`)")
     parser.add_argument("--state", type=Path, required=True)
     args = parser.parse_args()
-    started = time.monotonic()
-    print(f"supervisor: started ({time.monotonic() - started:.1f} s)", flush=True)
+    print(f"supervisor: started for {args.state}", flush=True)
     asyncio.run(run(State(args.state)))
 
 
