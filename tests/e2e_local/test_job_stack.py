@@ -3,7 +3,8 @@ API server, controllers and training operator, in this order:
 
 1. the platform stack comes up on an empty cluster, its smoke check passes;
 2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
-   the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused;
+   the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused,
+   every pod admitted under the namespace's ResourceQuota;
 3. a second `up` changes nothing, and neither does a preview after `refresh`, on both stacks;
 4. an edit of the job: the preview replaces the PyTorchJob and nothing else; a new `jobRunId`: the
    preview updates the model server, never replaces it;
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.e2e_local
 JOB = "mnist-r1"
 SEED = "ddp-mnist-seed"
 CLAIM = "ddp-mnist-checkpoints"
+QUOTA_CPU, QUOTA_MEMORY = "8", "12Gi"
 SERVER_KINDS = (
     "kubernetes:apps/v1:Deployment",
     "kubernetes:core/v1:Service",
@@ -41,7 +43,14 @@ SERVER_KINDS = (
 
 @pytest.fixture(scope="module")
 def job(backend: Backend, platform: dict) -> Iterator[dict]:
-    config = job_config(scenario.IMAGE, *scenario.KEYS, serveKind="deployment")
+    # Serving on, and a ResourceQuota the job must fit (the real ResourceQuota admission judges it).
+    config = job_config(
+        scenario.IMAGE,
+        *scenario.KEYS,
+        serveKind="deployment",
+        namespaceCpuQuota=QUOTA_CPU,
+        namespaceMemoryQuota=QUOTA_MEMORY,
+    )
     stack = scenario.stack(backend, "local-job", config)
     state: dict = {"stack": stack, "config": config}
     yield state
@@ -73,6 +82,9 @@ def test_2_a_job_stack_seeds_before_it_trains_and_serves(job: dict) -> None:
     servers = live.items("deployment", JOB_NAMESPACE)
     assert servers and all(d["status"].get("availableReplicas", 0) >= 1 for d in servers), servers
     assert judge.refused_pod_creations(live.events(JOB_NAMESPACE)) == []
+    (quota,) = live.items("resourcequota", JOB_NAMESPACE)
+    assert quota["status"]["hard"]["requests.cpu"] == QUOTA_CPU
+    assert "requests.cpu" in quota["status"]["used"]  # the quota counted the pods it admitted
     job["outputs"] = outputs
     job["claim_uid"] = live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"]
 

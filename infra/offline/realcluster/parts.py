@@ -135,6 +135,8 @@ PARTS: dict[str, Part] = {
                 ),
             ),
         ),
+        # Built and pinned; the cluster does not run it yet (its manifests, webhooks and configuration).
+        Part("kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
         Part(
             "kubernetes-provider",
             {"pulumi-resource-kubernetes": "./cmd/pulumi-resource-kubernetes"},
