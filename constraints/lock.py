@@ -5,8 +5,9 @@ One resolution of every extra in pyproject.toml together with policy/requirement
 distribution they share: the versions the tests ran with. pip resolves it (`install --dry-run
 --report` in a throwaway virtual environment, nothing installed), from the index pip is configured
 with. Left out: the project itself, and torch and torchvision with their platform wheels (CUDA's
-nvidia-*, cuda-*, triton), which differ per machine (a CPU wheel here, CUDA builds from PyPI) and
-are pinned by pyproject.toml alone. Standard library only: it runs before any .venv exists.
+nvidia-*, cuda-*, triton), which differ per machine (a CPU wheel where one is provided, the CUDA
+build from PyPI) and are pinned by pyproject.toml alone. Standard library only: it runs before any
+.venv exists.
 
     python3 constraints/lock.py [--out PATH]    # PATH defaults to constraints.txt
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
 POLICY_REQUIREMENTS = ROOT / "policy" / "requirements.txt"
-# Pinned in pyproject.toml only: their wheels are per machine (torch 2.13.0+cpu, or CUDA builds).
+# Pinned in pyproject.toml only: their wheels are per machine (torch 2.13.0+cpu, or the CUDA build).
 TORCH = frozenset({"torch", "torchvision"})
 # What a CUDA build of torch pins exactly itself: never in the constraints, never looked into.
 PLATFORM = re.compile(r"^(nvidia-.*|cuda-.*|triton|pytorch-triton.*)$")
