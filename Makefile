@@ -80,7 +80,7 @@ cluster-down: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.realcluster down
 
 # A real preview and up of STACK against the running local cluster (`make cluster-up` first); extra
-# arguments in REHEARSE_ARGS (e.g. `--set minioExistingSecret= --local-sources`).
+# arguments in REHEARSE_ARGS (e.g. `--set minioAccessKey=KEY --set minioSecretKey=SECRET --local-sources`).
 rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 

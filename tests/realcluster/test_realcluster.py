@@ -174,3 +174,44 @@ def test_an_unknown_command_is_a_usage_error():
     with pytest.raises(SystemExit) as exited:
         main(["start"])
     assert exited.value.code == 2
+
+
+def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
+    from infra.offline.realcluster.rehearse import rehearsal_config
+
+    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"], False)
+    assert config["ddp-mnist:minioAccessKey"].value == "a" and config["ddp-mnist:minioAccessKey"].secret
+    assert config["ddp-mnist:minioBucket"].value == "other" and not config["ddp-mnist:minioBucket"].secret
+    assert config["ddp-mnist:namespace"].value == load_stack("dev").values["ddp-mnist:namespace"]
+    # The key left unset becomes a named placeholder secret (the stack's other secret is unset too).
+    assert placeholders == ["ddp-mnist:minioSecretKey"]
+    assert config["ddp-mnist:minioSecretKey"].secret and config["ddp-mnist:minioSecretKey"].value.startswith(
+        "rehearsal-"
+    )
+
+
+def test_a_malformed_set_is_refused_with_one_line_and_exit_2_before_anything_runs(
+    tmp_path, capsys, monkeypatch
+):
+    from infra.offline.realcluster import rehearse
+
+    monkeypatch.setattr(rehearse, "_alive", lambda pid: True)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.json").write_text('{"pids": {"etcd": 1}}')
+    assert (
+        rehearse.main(["--stack", "dev", "--set", "minioBucket", "--state", str(state)])
+        == rehearse.EXIT_USAGE
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "rehearse: --set 'minioBucket': expected KEY=VALUE "
+        "(a config key of ddp-mnist, e.g. minioBucket=mnist)"
+    ]
+
+
+def test_a_rehearsal_without_a_running_cluster_exits_6(tmp_path, capsys):
+    from infra.offline.realcluster import rehearse
+
+    assert rehearse.main(["--stack", "dev", "--state", str(tmp_path / "none")]) == rehearse.EXIT_NOT_RUNNING
+    assert "start it with `make cluster-up`" in capsys.readouterr().err
