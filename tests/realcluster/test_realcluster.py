@@ -195,7 +195,7 @@ def test_a_malformed_set_is_refused_with_one_line_and_exit_2_before_anything_run
 ):
     from infra.offline.realcluster import rehearse
 
-    monkeypatch.setattr(rehearse, "_alive", lambda pid: True)
+    monkeypatch.setattr(rehearse, "alive", lambda pid: True)
     state = tmp_path / "state"
     state.mkdir()
     (state / "state.json").write_text('{"pids": {"etcd": 1}}')

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from infra.offline.realcluster.build import BuildError
-from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, _alive, down, up
+from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive, down, up
 
 EXIT_NOT_STARTED = 5
 EXIT_NOT_RUNNING = 6
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             down(state)
         else:
             pids = state.read().get("pids", {})
-            dead = [name for name, pid in pids.items() if not _alive(pid)]
+            dead = [name for name, pid in pids.items() if not alive(pid)]
             if not pids or dead:
                 print(f"cluster: not running{' (exited: ' + ', '.join(dead) + ')' if dead else ''}")
                 return EXIT_NOT_RUNNING

@@ -149,7 +149,7 @@ def _start(state: State, name: str, argv: list[str], env: dict[str, str] | None 
 
 def _wait(what: str, ready: Callable[[], bool], pid: int, state: State, name: str, deadline: float) -> None:
     while not ready():
-        if not _alive(pid):
+        if not alive(pid):
             tail = state.log(name).read_text(errors="replace").strip().splitlines()[-3:]
             raise ClusterError(f"cluster: {name} exited while starting: {' | '.join(tail)}")
         if time.monotonic() > deadline:
@@ -157,7 +157,7 @@ def _wait(what: str, ready: Callable[[], bool], pid: int, state: State, name: st
         time.sleep(0.2)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -386,7 +386,7 @@ def _stop(pid: int, timeout_s: float = 10) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and alive(pid):
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)

@@ -82,9 +82,6 @@ class Client:
             content_type="application/apply-patch+yaml",
         )
 
-    def patch_status(self, path: str, status: Obj) -> Obj:
-        return self.request("PATCH", f"{path}/status", {"status": status}, "application/merge-patch+json")
-
     def delete(self, path: str) -> None:
         try:
             self.request("DELETE", path)

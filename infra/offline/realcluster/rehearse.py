@@ -30,7 +30,7 @@ import yaml
 from pulumi import automation as auto
 
 from infra.offline.realcluster.build import BuildError, binary, module_dir
-from infra.offline.realcluster.cluster import DEFAULT_STATE, State, _alive
+from infra.offline.realcluster.cluster import DEFAULT_STATE, State, alive
 from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION, PARTS
 from infra.offline.stackconfig import ROOT, StackNotFound, load_stack, project_file
 from infra.program.settings import PROJECT, SECRET_KEYS
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     state = State(args.state.resolve())
     pids = state.read().get("pids", {})
-    if not pids or not all(_alive(pid) for pid in pids.values()):
+    if not pids or not all(alive(pid) for pid in pids.values()):
         print(
             f"rehearse: no local cluster running from {state.directory} (start it with `make cluster-up`)",
             file=sys.stderr,

@@ -48,6 +48,9 @@ class StandIn:
     deployment: str
     container: str
     binary: str
+    # The ports the process listens on (its container's, and any it opens by default); each gets a free
+    # local port, passed to it through `local_flags`.
+    ports: tuple[int, ...]
     # Flags appended after the container's own, given the local ports of the container's ports.
     local_flags: Callable[[dict[int, int]], list[str]]
 
@@ -64,7 +67,12 @@ def _training_operator_flags(ports: dict[int, int]) -> list[str]:
 
 STAND_INS = (
     StandIn(
-        "kubeflow", "training-operator", "training-operator", "training-operator", _training_operator_flags
+        "kubeflow",
+        "training-operator",
+        "training-operator",
+        "training-operator",
+        (8080, 8081, 9443),  # metrics, health probes, webhook (cmd/training-operator.v1/main.go defaults)
+        _training_operator_flags,
     ),
 )
 
@@ -220,9 +228,10 @@ class Supervisor:
         }
         container = _container(pod, stand_in.container)
         self.write_volumes(stand_in, pod)
-        ports = {p["containerPort"]: free_port() for p in container.get("ports", [])}
-        for port in (8080, 8081, 9443):
-            ports.setdefault(port, free_port())
+        ports = {
+            port: free_port()
+            for port in {*stand_in.ports, *(p["containerPort"] for p in container.get("ports", []))}
+        }
         args = [self._rewrite(stand_in, pod, a) for a in container.get("args", [])]
         env = {
             "PATH": os.environ.get("PATH", ""),
