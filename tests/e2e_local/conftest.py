@@ -82,6 +82,14 @@ def platform(backend: Backend) -> Iterator[dict]:
         stack.destroy(on_output=print)
 
 
+# Kueue's webhooks judge every Job and pod the cluster admits once it is installed: its scenario last.
+LAST = "test_queue.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name == LAST)
+
+
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
     """On a failure, the namespace's events and the cluster's warnings go into the report."""
     in_tier = "local_cluster" in getattr(item, "fixturenames", ())

@@ -9,16 +9,15 @@ takes the operator's overlay from the training-operator module the tier built: n
 from __future__ import annotations
 
 import json
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from pulumi import automation as auto
 
-from infra.offline.realcluster import fleet
-from infra.offline.realcluster.build import module_dir
-from infra.offline.realcluster.parts import PARTS
+from infra.offline.realcluster import fleet, sources
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack
 from tests.e2e.stacks import platform_config as e2e_platform_config
@@ -26,15 +25,11 @@ from tests.e2e.stacks import platform_config as e2e_platform_config
 IMAGE = "ghcr.io/ddp-mnist/trainer@sha256:" + "5" * 64
 KEYS = ("local-access-key", "local-secret-key-0123456789")
 STAGES = "/apis/kwok.x-k8s.io/v1alpha1/stages"
-
-
-def operator_overlay() -> str:
-    module = module_dir(PARTS["training-operator"].directory, "github.com/kubeflow/training-operator")
-    return str(module / "manifests" / "overlays" / "standalone")
+PLACEHOLDER = re.compile(r"<[a-z-]+>")
 
 
 def platform_config() -> dict[str, str]:
-    return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": operator_overlay()}
+    return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": str(sources.operator_overlay())}
 
 
 def stack(backend: Backend, name: str, config: dict[str, str]) -> auto.Stack:
@@ -45,7 +40,7 @@ def outputs(result: auto.UpResult) -> dict[str, Any]:
     return {key: value.value for key, value in result.outputs.items()}
 
 
-def changes(summary: dict[str, int] | None) -> dict[str, int]:
+def changes(summary: Mapping[Any, int] | None) -> dict[Any, int]:
     """An update's or preview's resource changes other than `same`."""
     return {op: count for op, count in (summary or {}).items() if op != "same" and count}
 
@@ -73,6 +68,14 @@ def wait_for_failed_pod(namespace: str, exit_code: int, timeout_s: float = 120) 
     return None
 
 
+def wait_for_pods(namespace: str, selector: str, timeout_s: float = 60) -> list[dict]:
+    """The pods of `namespace` that `selector` selects, once there is at least one."""
+    deadline = time.monotonic() + timeout_s
+    while not (pods := live.items("pod", namespace, selector)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return pods
+
+
 def wait_outcome(kind: str, name: str, namespace: str, timeout_s: float = 180) -> str | None:
     """The job's final condition (Complete/Succeeded/Failed) once it has one."""
     deadline = time.monotonic() + timeout_s
@@ -85,10 +88,26 @@ def wait_outcome(kind: str, name: str, namespace: str, timeout_s: float = 180) -
     return None
 
 
+JOB_TRACKING = "batch.kubernetes.io/job-tracking"
+
+
+def as_finished(model: dict, pod: dict) -> dict:
+    """The model of a Job's pod as it is once it ended: the Job controller adds its tracking finalizer
+    at creation and removes it once it has counted the finished pod (kubernetes v1.33.13
+    pkg/controller/job/job_controller.go: trackJobStatusAndRemoveFinalizers,
+    removeTrackingFinalizerFromPods)."""
+    if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+        return model
+    finalizers = [f for f in model["metadata"].get("finalizers", []) if f != JOB_TRACKING]
+    metadata = {k: v for k, v in model["metadata"].items() if k != "finalizers"}
+    return {**model, "metadata": {**metadata, **({"finalizers": finalizers} if finalizers else {})}}
+
+
 def covered_differences(live: Any, model: Any, path: str = "") -> list[str]:
     """Where the live object differs from the model, for every field the model sets (dict keys the model
     leaves out are the API server's or a controller's to add: `added_fields` lists them). Generated
-    names are compared by the model's prefix (the model shows `<hash>`-style placeholders)."""
+    names are compared by the model's prefix, and a generated value the model shows as a placeholder
+    (`<uid>`) matches any."""
     if isinstance(model, dict):
         if not isinstance(live, dict):
             return [f"{path or '.'}: live {json.dumps(live)}, modelled an object"]
@@ -107,6 +126,8 @@ def covered_differences(live: Any, model: Any, path: str = "") -> list[str]:
             for i, (a, b) in enumerate(zip(live, model, strict=True))
             for d in covered_differences(a, b, f"{path}[{i}]")
         ]
+    if isinstance(model, str) and PLACEHOLDER.fullmatch(model) and isinstance(live, str) and live:
+        return []  # a value the API server or a controller generates (a uid): any one
     if live != model:
         return [f"{path}: live {json.dumps(live)}, modelled {json.dumps(model)}"]
     return []

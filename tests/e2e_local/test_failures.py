@@ -2,7 +2,8 @@
 
 7. a seed whose pod exits 3 fails `pulumi up` with one line, and the training job is never created;
    the next `up` after the fix succeeds without `--replace`;
-8. the Indexed Job with `jobWait: false` is replaced without AlreadyExists;
+8. the Indexed Job with `jobWait: false` is replaced without AlreadyExists; the pods the Job controller
+   created for it equal the offline model's field by field (scenario 5 for this job kind);
 9. the retry rule: exit 1-127 fails the job at once, exit >= 128 is retried (the Job controller with our
    podFailurePolicy; the operator with our restart policy).
 """
@@ -16,6 +17,7 @@ from pulumi import automation as auto
 
 from infra.program.meta import JOB_LABEL
 from tests.e2e import judge, live
+from tests.e2e.model import modelled, modelled_pod
 from tests.e2e.project import Backend, set_config
 from tests.e2e.stacks import SEED_NAMESPACE, job_config, seed_config
 from tests.e2e_local import scenario
@@ -26,6 +28,7 @@ SEED = "ddp-mnist-seed"
 JOB = "mnist-r1"
 INDEXED_NAMESPACE = "ddp-mnist-local-indexed"
 RETRY_NAMESPACE = "ddp-mnist-local-retry"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 def _cleanup(stack: auto.Stack, namespace: str) -> None:
@@ -71,11 +74,29 @@ def test_8_an_indexed_job_not_awaited_is_replaced_without_already_exists(
     try:
         stack.up(on_output=print, show_secrets=False)
         first = live.get("job", JOB, INDEXED_NAMESPACE)["metadata"]["uid"]
+        _the_job_controllers_pods_equal_the_model(config)
         set_config(stack, {**config, "ddp-mnist:jobCpuLimit": "3"})
         stack.up(on_output=print, show_secrets=False)  # AlreadyExists would fail this
         assert live.get("job", JOB, INDEXED_NAMESPACE)["metadata"]["uid"] != first
     finally:
         _cleanup(stack, INDEXED_NAMESPACE)
+
+
+def _the_job_controllers_pods_equal_the_model(config: dict[str, str]) -> None:
+    """Scenario 5's comparison for the Indexed Job: each completion's pod as the Job controller created
+    it and the API server admitted it, field by field for what infra/offline/effective sets."""
+    view = modelled("local-indexed", config)
+    assert view.admission.refusals == []
+    for index in range(int(config["ddp-mnist:jobNodes"])):
+        model = modelled_pod(view, "Index", index)
+        selector = f"job-name={JOB},{INDEX_LABEL}={index}"
+        pods = scenario.wait_for_pods(INDEXED_NAMESPACE, selector)
+        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+        container = model["spec"]["containers"][0]["name"]
+        assert judge.pod_differences(pods[0], model, container=container) == []
+        assert scenario.covered_differences(pods[0]["spec"], model["spec"], ".spec") == []
+        finished = scenario.as_finished(model, pods[0])
+        assert scenario.covered_differences(pods[0]["metadata"], finished["metadata"], ".metadata") == []
 
 
 @pytest.mark.parametrize(

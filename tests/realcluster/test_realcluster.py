@@ -5,15 +5,26 @@ volume provisioner's PersistentVolumes, the operator pod's downward API, and the
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.offline.realcluster import build, fleet
 from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
 from infra.offline.realcluster.cluster import _egress_config
 from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
-from infra.offline.realcluster.supervisor import _field, _target, _volume
+from infra.offline.realcluster.standins import (
+    MANAGER_CONFIG,
+    SERVICE_ACCOUNT,
+    LocalPod,
+    _manager_config,
+    in_own_mounts,
+)
+from infra.offline.realcluster.standins import field_value as _field
+from infra.offline.realcluster.standins import target_port as _target
+from infra.offline.realcluster.supervisor import _volume
 from infra.offline.stackconfig import load_stack
 from infra.program.config import settings_from_raw
 from infra.program.scheduling import node_selector, tolerations
@@ -179,7 +190,7 @@ def test_an_unknown_command_is_a_usage_error():
 def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
     from infra.offline.realcluster.rehearse import rehearsal_config
 
-    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"], False)
+    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"], None)
     assert config["ddp-mnist:minioAccessKey"].value == "a" and config["ddp-mnist:minioAccessKey"].secret
     assert config["ddp-mnist:minioBucket"].value == "other" and not config["ddp-mnist:minioBucket"].secret
     assert config["ddp-mnist:namespace"].value == load_stack("dev").values["ddp-mnist:namespace"]
@@ -215,3 +226,85 @@ def test_a_rehearsal_without_a_running_cluster_exits_6(tmp_path, capsys):
 
     assert rehearse.main(["--stack", "dev", "--state", str(tmp_path / "none")]) == rehearse.EXIT_NOT_RUNNING
     assert "start it with `make cluster-up`" in capsys.readouterr().err
+
+
+def test_a_build_that_finishes_second_keeps_the_first_ones_binaries(tmp_path, monkeypatch):
+    wrapper = tmp_path / "parts" / "demo"
+    wrapper.mkdir(parents=True)
+    (wrapper / "go.mod").write_text("module demo\n")
+    monkeypatch.setattr("infra.offline.realcluster.parts.PARTS_DIR", tmp_path / "parts")
+    monkeypatch.setenv("DDP_MNIST_CACHE", str(tmp_path / "cache"))
+    part = Part("demo", {"demo": "example.com/demo"})
+    target = build.part_dir(part, "go1.26.8")
+
+    def go_build(_part, args, _work):
+        Path(args[args.index("-o") + 1]).write_text("ours")
+        target.mkdir(parents=True)  # another build of the same key lands first
+        (target / "demo").write_text("theirs")
+
+    monkeypatch.setattr(build, "_run_go", go_build)
+    directory, seconds = build.build_part(part, "go1.26.8")
+    assert directory == target and seconds is not None
+    assert (target / "demo").read_text() == "theirs"
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no scratch left behind
+
+
+def _local_pod(tmp_path: Path) -> LocalPod:
+    pod = {"metadata": {"name": "m", "namespace": "kubeflow-system"}, "spec": {"containers": []}}
+    return LocalPod(pod, {8081: 30001, 8443: 30002, 9443: 30003, 10443: 30004}, tmp_path / "pod")
+
+
+def test_a_stand_ins_mounts_land_in_its_own_tmp_and_run_or_under_tmp_mounts(tmp_path):
+    local = _local_pod(tmp_path)
+    assert local.seen_at("/tmp/k8s-webhook-server/serving-certs") == "/tmp/k8s-webhook-server/serving-certs"
+    assert local.seen_at("/var/run/secrets/kubernetes.io/serviceaccount") == SERVICE_ACCOUNT
+    assert local.seen_at("/etc/config") == "/tmp/.mounts/etc/config"
+    assert local.seen_at("/controller_manager_config.yaml") == "/tmp/.mounts/controller_manager_config.yaml"
+    assert local.path("/etc/config") == tmp_path / "pod" / "root" / "tmp" / ".mounts" / "etc" / "config"
+
+
+def test_the_managers_config_listens_on_loopback_at_the_local_ports_and_keeps_the_rest(tmp_path):
+    local = _local_pod(tmp_path)
+    upstream = (
+        b"apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n"
+        b"health: {healthProbeBindAddress: ':8081', readinessEndpointName: readyz}\n"
+        b"metrics: {bindAddress: ':8443', secureServing: true}\nwebhook: {port: 9443, host: ''}\n"
+        b"statusServer: {port: 10443, qps: 5}\ncertManagement: {enable: true}\n"
+    )
+    config = yaml.safe_load(_manager_config(MANAGER_CONFIG, upstream, local))
+    assert config["health"] == {
+        "healthProbeBindAddress": "127.0.0.1:30001",
+        "readinessEndpointName": "readyz",
+    }
+    assert config["metrics"] == {"bindAddress": "127.0.0.1:30002", "secureServing": True}
+    assert config["webhook"] == {"port": 30003, "host": "127.0.0.1"}
+    assert config["statusServer"] == {"port": 30004, "qps": 5}
+    assert config["certManagement"] == {"enable": True}
+    assert _manager_config("/etc/other.yaml", upstream, local) == upstream
+
+
+def test_a_stand_in_sees_its_own_tmp_and_service_account_even_with_its_state_under_tmp(tmp_path):
+    if shutil.which("unshare") is None:
+        pytest.fail("no unshare on PATH (util-linux): the local cluster runs every stand-in with it")
+    local = _local_pod(tmp_path)  # tmp_path is under /tmp, which the namespace mounts over
+    account = local.path(SERVICE_ACCOUNT)
+    account.mkdir(parents=True)
+    (account / "namespace").write_text("kubeflow-system")
+    (local.path("/tmp/k8s-webhook-server/serving-certs")).mkdir(parents=True)
+    (local.path("/tmp/k8s-webhook-server/serving-certs") / "tls.crt").write_text("cert")
+    shown = subprocess.run(
+        [
+            *in_own_mounts(local),
+            "sh",
+            "-c",
+            "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; ls /tmp; pwd",
+        ],
+        cwd=local.directory,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == ["kubeflow-system", "k8s-webhook-server", "/tmp"]
+    assert (tmp_path / "pod").exists()  # the host's /tmp is untouched outside the namespace

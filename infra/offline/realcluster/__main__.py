@@ -3,12 +3,15 @@
     python -m infra.offline.realcluster up [--state DIR]      # make cluster-up
     python -m infra.offline.realcluster down [--state DIR]    # make cluster-down
     python -m infra.offline.realcluster status [--state DIR]
+    python -m infra.offline.realcluster kueue [--state DIR]   # Kueue v0.19.2 into the running cluster
 
 `up` builds what is missing (infra.offline.realcluster.build), starts everything and prints the
-KUBECONFIG to use; `down` stops every process and removes the state directory.
+KUBECONFIG to use; `down` stops every process and removes the state directory; `kueue` applies Kueue's
+manifests from its pinned module and returns once its webhooks answer (infra.offline.realcluster.kueue).
 
-Exit codes: 0 done; 2 bad arguments; 3 no Go toolchain; 4 a part failed to build; 5 the cluster did not
-start (one line says which part; its log is in the state directory's logs/); 6 `status`: not running.
+Exit codes: 0 done; 2 bad arguments; 3 no Go toolchain; 4 a part failed to build; 5 the cluster (or
+Kueue) did not start (one line says which part; its log is in the state directory's logs/); 6 `status`
+or `kueue`: the cluster is not running.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from infra.offline.realcluster.build import BuildError
+from infra.offline.realcluster import kueue
+from infra.offline.realcluster.build import BuildError, build
 from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive, down, up
 
 EXIT_NOT_STARTED = 5
@@ -28,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m infra.offline.realcluster", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "kueue"))
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE, help=f"state directory (default {DEFAULT_STATE})"
     )
@@ -45,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
             if not pids or dead:
                 print(f"cluster: not running{' (exited: ' + ', '.join(dead) + ')' if dead else ''}")
                 return EXIT_NOT_RUNNING
-            print(f"cluster: running, {len(pids)} processes; KUBECONFIG={state.kubeconfig}")
+            if args.command == "kueue":
+                build(["kueue"])
+                kueue.install(state)
+            else:
+                print(f"cluster: running, {len(pids)} processes; KUBECONFIG={state.kubeconfig}")
     except BuildError as error:
         print(error, file=sys.stderr)
         return error.code

@@ -141,7 +141,12 @@ def build_part(part: Part, go: str) -> tuple[Path, float | None]:
         for module, path, name in part.companions:
             shutil.copy2(module_dir(work, module) / path, out / name)
             (out / name).chmod(0o755)
-        out.rename(target)  # atomic: a directory that exists is a whole build
+        try:
+            out.rename(target)  # atomic: a directory that exists is a whole build
+        except OSError:
+            if not target.is_dir():
+                raise
+            # Another build of the same key finished first: its binaries are these, keep them.
     return target, time.monotonic() - started
 
 

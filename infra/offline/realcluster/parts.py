@@ -135,8 +135,15 @@ PARTS: dict[str, Part] = {
                 ),
             ),
         ),
-        # Built and pinned; the cluster does not run it yet (its manifests, webhooks and configuration).
         Part("kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
+        Part("jobset", {"jobset": "sigs.k8s.io/jobset"}),
+        Part(
+            "trainer",
+            {"trainer-controller-manager": "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager"},
+        ),
+        # Built and pinned; not run yet: its webhooks' certificate comes from cert-manager, whose
+        # binaries the module proxy does not serve (their modules are nested: cmd/controller).
+        Part("kserve", {"kserve-manager": "github.com/kserve/kserve/cmd/manager"}),
         Part(
             "kubernetes-provider",
             {"pulumi-resource-kubernetes": "./cmd/pulumi-resource-kubernetes"},

@@ -8,8 +8,9 @@ quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
 The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is, in a file backend of the cluster's own
 (`<state>/pulumi`), never your real backend. Values stored encrypted (`secure:`) cannot be read here:
 each becomes a placeholder secret, named in one line; `--set` gives a key a value instead (the S3 keys
-are set as secrets). `--local-sources` installs the training operator from its pinned module
-(the tier's build) instead of its Git source, for a machine without access to GitHub. Pods run no process
+are set as secrets). `--local-sources` installs the training operator and Trainer v2 (with JobSet) from
+their pinned modules (the tier's build, infra/offline/realcluster/sources.py) instead of their Git
+sources, for a machine without access to GitHub. Pods run no process
 (KWOK completes them), so a rehearsal proves what the engine, the API server and the controllers do
 with the stack, not the training itself (`make run` proves that).
 
@@ -29,9 +30,10 @@ from pathlib import Path
 import yaml
 from pulumi import automation as auto
 
-from infra.offline.realcluster.build import BuildError, binary, module_dir
-from infra.offline.realcluster.cluster import DEFAULT_STATE, State, alive
-from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION, PARTS
+from infra.offline.realcluster import sources
+from infra.offline.realcluster.build import BuildError, binary
+from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive
+from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION
 from infra.offline.stackconfig import ROOT, StackNotFound, load_stack, project_file
 from infra.program.settings import PROJECT, SECRET_KEYS
 
@@ -111,7 +113,7 @@ def environment(state: State) -> dict[str, str]:
 
 
 def rehearsal_config(
-    name: str, overrides: list[str], local_sources: bool
+    name: str, overrides: list[str], local_sources: Path | None
 ) -> tuple[dict[str, auto.ConfigValue], list[str]]:
     """The stack's config for the rehearsal, and the keys whose encrypted values became placeholders."""
     stack = load_stack(name)
@@ -131,11 +133,9 @@ def rehearsal_config(
         config[full] = auto.ConfigValue(value, secret=full.split(":", 1)[1] in SECRET_KEYS)
         if full in placeholders:
             placeholders.remove(full)
-    if local_sources:
-        overlay = module_dir(PARTS["training-operator"].directory, "github.com/kubeflow/training-operator")
-        config[f"{PROJECT}:operatorSource"] = auto.ConfigValue(
-            str(overlay / "manifests" / "overlays" / "standalone")
-        )
+    if local_sources is not None:
+        config[f"{PROJECT}:operatorSource"] = auto.ConfigValue(str(sources.operator_overlay()))
+        config[f"{PROJECT}:trainerSource"] = auto.ConfigValue(str(sources.trainer_overlay(local_sources)))
     return config, placeholders
 
 
@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a config value (repeatable)"
     )
     parser.add_argument(
-        "--local-sources", action="store_true", help="install the operator from its pinned module"
+        "--local-sources",
+        action="store_true",
+        help="install the operators from their pinned modules (no GitHub)",
     )
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE, help=f"the cluster's state (default {DEFAULT_STATE})"
@@ -164,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_NOT_RUNNING
     try:
-        config, placeholders = rehearsal_config(args.stack, args.set, args.local_sources)
+        local = state.directory / "sources" if args.local_sources else None
+        config, placeholders = rehearsal_config(args.stack, args.set, local)
         env = environment(state)
-    except (StackNotFound, ValueError) as error:
+    except (StackNotFound, ValueError, ClusterError) as error:
         print(f"rehearse: {error}", file=sys.stderr)
         return EXIT_USAGE
     except BuildError as error:

@@ -1,0 +1,67 @@
+"""The operators' manifests from the pinned modules the tier built: what a platform stack installs here
+instead of fetching them from GitHub (`operatorSource`, `trainerSource` point at these).
+
+- The training operator v1.9.4: its module's `manifests/overlays/standalone`, as it is.
+- Kubeflow Trainer v2.3.0: a mirror of its module's `manifests/` in which `third-party/jobset` takes
+  JobSet v0.12.0's manifests from the JobSet module (`config/default`, what its release manifest is
+  built from) instead of GitHub's release download: the mirror `trainerSource` documents for an
+  air-gapped cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from infra.offline.realcluster.build import module_dir
+from infra.offline.realcluster.cluster import ClusterError
+from infra.offline.realcluster.parts import PARTS
+
+OPERATOR_MODULE = "github.com/kubeflow/training-operator"
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
+JOBSET_MODULE = "sigs.k8s.io/jobset"
+
+
+def operator_overlay() -> Path:
+    return (
+        module_dir(PARTS["training-operator"].directory, OPERATOR_MODULE)
+        / "manifests"
+        / "overlays"
+        / "standalone"
+    )
+
+
+def trainer_overlay(directory: Path) -> Path:
+    """Write the Trainer v2 mirror under `directory` (replacing an earlier one); its manager overlay."""
+    manifests = directory / "trainer-manifests"
+    if manifests.exists():
+        shutil.rmtree(manifests)
+    shutil.copytree(module_dir(PARTS["trainer"].directory, TRAINER_MODULE) / "manifests", manifests)
+    for root, dirs, files in os.walk(manifests):  # the module cache's copies are read-only
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            path.chmod(path.stat().st_mode | stat.S_IWUSR)
+    manifests.chmod(manifests.stat().st_mode | stat.S_IWUSR)
+    jobset = manifests / "third-party" / "jobset"
+    kustomization = yaml.safe_load((jobset / "kustomization.yaml").read_text())
+    upstream = module_dir(PARTS["jobset"].directory, JOBSET_MODULE) / "config" / "default"
+    (jobset / "manifests.yaml").write_text(_kustomize(upstream))
+    kustomization["resources"] = ["manifests.yaml"]
+    (jobset / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return manifests / "overlays" / "manager"
+
+
+def _kustomize(directory: Path) -> str:
+    if shutil.which("kubectl") is None:
+        raise ClusterError("sources: no kubectl on PATH (it renders JobSet's manifests)")
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, check=False, timeout=120
+    )
+    if done.returncode != 0:
+        raise ClusterError(f"sources: kubectl kustomize {directory} failed: {done.stderr.strip()[-300:]}")
+    return done.stdout

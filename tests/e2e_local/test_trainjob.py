@@ -1,0 +1,113 @@
+"""Kubeflow Trainer v2, with the real engine, API server, Job controller, JobSet v0.12.0 and Trainer
+v2.3.0 (their manifests from the pinned modules: the mirror `trainerSource` documents, see
+infra/offline/realcluster/sources.py):
+
+11. the platform stack, updated to gke-platform's shape, installs Trainer v2 with JobSet next to the
+    training operator, replacing nothing; its smoke check passes;
+12. a TrainJob stack comes up from empty volumes: the seed completes before the TrainJob exists, the
+    real Trainer controller makes the JobSet, JobSet its Jobs, the Job controller their pods, and the
+    TrainJob completes; the pods, as the API server admitted them, equal the offline model's field by
+    field; a second `up` and a preview after `refresh` change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pulumi import automation as auto
+
+from infra.offline.realcluster import sources
+from tests.e2e import judge, live
+from tests.e2e.model import modelled
+from tests.e2e.project import Backend, set_config
+from tests.e2e.stacks import job_config
+from tests.e2e_local import scenario
+from tests.e2e_local.conftest import KEEP
+
+pytestmark = pytest.mark.e2e_local
+
+JOB = "mnist-r1"
+SEED = "ddp-mnist-seed"
+NAMESPACE = "ddp-mnist-local-trainjob"
+TRAINER_NAMESPACE = "kubeflow-system"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
+@pytest.fixture(scope="module")
+def platform_v2(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The session's platform stack updated to gke-platform's shape: Trainer v2 next to the operator."""
+    overlay = sources.trainer_overlay(tmp_path_factory.mktemp("sources"))
+    config = {
+        **scenario.platform_config(),
+        "ddp-mnist:trainerInstall": "true",
+        "ddp-mnist:allowBothOperators": "true",
+        "ddp-mnist:trainerSource": str(overlay),
+    }
+    stack: auto.Stack = platform["stack"]
+    set_config(stack, config)
+    result = stack.up(on_output=print, show_secrets=False)
+    return {"stack": stack, "outputs": scenario.outputs(result), "result": result}
+
+
+@pytest.fixture(scope="module")
+def trainjob(backend: Backend, platform_v2: dict) -> Iterator[dict]:
+    config = job_config(
+        scenario.IMAGE,
+        *scenario.KEYS,
+        namespace=NAMESPACE,
+        storageClassName="ddp-mnist-nfs-trainjob",
+        jobKind="trainjob",
+        trainerPresent="true",
+    )
+    stack = scenario.stack(backend, "local-trainjob", config)
+    yield {"stack": stack, "config": config}
+    if not KEEP:
+        stack.destroy(on_output=print)
+        live.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def test_11_a_platform_stack_installs_trainer_v2_and_jobset(platform_v2: dict) -> None:
+    changed = scenario.changes(platform_v2["result"].summary.resource_changes)
+    assert "replace" not in changed and "delete" not in changed, changed
+    outputs = platform_v2["outputs"]
+    if "smokeCheck" in outputs:
+        assert outputs["smokeCheck"] == "passed", outputs["smokeCheck"]
+    for crd in ("trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"):
+        assert live.exists("crd", crd)
+    for deployment in ("kubeflow-trainer-controller-manager", "jobset-controller-manager"):
+        assert live.get("deployment", deployment, TRAINER_NAMESPACE)["status"].get("availableReplicas") == 1
+
+
+def test_12_a_trainjob_stack_seeds_trains_through_jobset_and_changes_nothing_after(trainjob: dict) -> None:
+    stack: auto.Stack = trainjob["stack"]
+    outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
+    assert outputs["seedOutcome"] == "Complete"
+    assert outputs["jobOutcome"] == "Complete", outputs["jobOutcome"]
+    seed = live.get("job", SEED, NAMESPACE)
+    train = live.get("trainjob", JOB, NAMESPACE)
+    assert judge.job_condition(train) == "Complete"
+    assert seed["status"]["completionTime"] <= train["metadata"]["creationTimestamp"]
+    jobset = live.get("jobset", JOB, NAMESPACE)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    completed = [c for c in jobset["status"]["conditions"] if c["type"] == "Completed"]
+    assert completed and completed[0]["status"] == "True", jobset["status"]
+    assert judge.refused_pod_creations(live.events(NAMESPACE)) == []
+
+    view = modelled("local-trainjob", trainjob["config"])
+    assert view.admission.refusals == []
+    for pod_model in (p for p in view.admission.pods if p.owner.startswith("TrainJob/")):
+        model = pod_model.manifest
+        selector = f"jobset.sigs.k8s.io/replicatedjob-name={pod_model.role},{INDEX_LABEL}={pod_model.index}"
+        pods = scenario.wait_for_pods(NAMESPACE, selector)
+        assert len(pods) == 1, (selector, [p["metadata"]["name"] for p in pods])
+        container = model["spec"]["containers"][0]["name"]
+        assert judge.pod_differences(pods[0], model, container=container) == []
+        assert scenario.covered_differences(pods[0]["spec"], model["spec"], ".spec") == []
+        finished = scenario.as_finished(model, pods[0])
+        assert scenario.covered_differences(pods[0]["metadata"], finished["metadata"], ".metadata") == []
+
+    again = stack.up(on_output=print, show_secrets=False)
+    assert scenario.changes(again.summary.resource_changes) == {}
+    stack.refresh(on_output=print)
+    assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
