@@ -13,15 +13,10 @@ import yaml
 
 from infra.offline.realcluster import build, fleet
 from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
-from infra.offline.realcluster.cluster import _egress_config
+from infra.offline.realcluster.components import egress_config as _egress_config
+from infra.offline.realcluster.operators import MANAGER_CONFIG, _manager_config
 from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
-from infra.offline.realcluster.standins import (
-    MANAGER_CONFIG,
-    SERVICE_ACCOUNT,
-    LocalPod,
-    _manager_config,
-    in_own_mounts,
-)
+from infra.offline.realcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts
 from infra.offline.realcluster.standins import field_value as _field
 from infra.offline.realcluster.standins import target_port as _target
 from infra.offline.realcluster.supervisor import _volume

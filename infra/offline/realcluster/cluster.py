@@ -23,16 +23,14 @@ from pathlib import Path
 import yaml
 
 from infra.offline.local.ports import free_port
-from infra.offline.realcluster import fleet, pki
+from infra.offline.realcluster import components, fleet, pki
 from infra.offline.realcluster.build import binary, module_dir
 from infra.offline.realcluster.kube import ApiError, Client
 from infra.offline.realcluster.parts import PARTS
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_STATE = ROOT / ".local" / "realcluster"
-SERVICE_CIDR = "10.96.0.0/16"
-SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the first address of the range
-POD_CIDR = "10.244.0.0/16"
+SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service: the first address of components.SERVICE_CIDR
 READY_TIMEOUT_S = 60
 
 
@@ -73,64 +71,6 @@ class State:
 
     def client(self) -> Client:
         return Client(self.read()["server"], self.pki)
-
-
-def advertise_address() -> str:
-    """A non-loopback IPv4 address of this machine: the API server refuses to advertise a loopback one
-    and cannot find one itself on a host without a default route. Nothing is bound to it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing address
-            address = probe.getsockname()[0]
-        except OSError:
-            address = ""
-    if address and not address.startswith("127."):
-        return address
-    return "192.0.2.10"
-
-
-def _kubeconfig(server: str, state: State) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "ddp-mnist-local",
-                "cluster": {"server": server, "certificate-authority": str(state.pki / "ca.crt")},
-            }
-        ],
-        "users": [
-            {
-                "name": "admin",
-                "user": {
-                    "client-certificate": str(state.pki / "admin.crt"),
-                    "client-key": str(state.pki / "admin.key"),
-                },
-            }
-        ],
-        "contexts": [{"name": "ddp-mnist-local", "context": {"cluster": "ddp-mnist-local", "user": "admin"}}],
-        "current-context": "ddp-mnist-local",
-    }
-
-
-def _egress_config(socket_path: Path) -> dict:
-    """Webhook and aggregated-API traffic to Services goes through the supervisor's CONNECT proxy,
-    which sends it to the local process standing in for the Service's pods (k8s.io/apiserver
-    `pkg/util/webhook/authentication.go`: a Service reference dials through the `cluster` selection).
-    A Unix socket: the TCP transport always wants TLS (`egressselector.getTLSConfig`)."""
-    return {
-        "apiVersion": "apiserver.k8s.io/v1beta1",
-        "kind": "EgressSelectorConfiguration",
-        "egressSelections": [
-            {
-                "name": "cluster",
-                "connection": {
-                    "proxyProtocol": "HTTPConnect",
-                    "transport": {"uds": {"udsName": str(socket_path)}},
-                },
-            }
-        ],
-    }
 
 
 def _start(state: State, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
@@ -196,35 +136,17 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")
     }
     server = f"https://127.0.0.1:{ports['apiserver']}"
-    state.kubeconfig.write_text(yaml.safe_dump(_kubeconfig(server, state)))
-    (state.directory / "egress.yaml").write_text(yaml.safe_dump(_egress_config(state.egress_socket)))
+    state.kubeconfig.write_text(yaml.safe_dump(components.kubeconfig(server, state.pki)))
+    egress = state.directory / "egress.yaml"
+    egress.write_text(yaml.safe_dump(components.egress_config(state.egress_socket)))
     data: dict = {"server": server, "ports": ports, "pids": {}, "kubeconfig": str(state.kubeconfig)}
     pids = data["pids"]
     deadline = time.monotonic() + READY_TIMEOUT_S
     try:
-        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
         pids["etcd"] = _start(
             state,
             "etcd",
-            [
-                str(bins["etcd"]),
-                "--data-dir",
-                str(state.directory / "etcd"),
-                "--unsafe-no-fsync",
-                "--listen-client-urls",
-                etcd_url,
-                "--advertise-client-urls",
-                etcd_url,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"default={peer_url}",
-                "--log-level",
-                "warn",
-            ],
+            components.etcd(bins["etcd"], state.directory / "etcd", ports["etcd"], ports["etcd-peer"]),
         )
         state.write(data)
         _wait("etcd", _tcp_open(ports["etcd"]), pids["etcd"], state, "etcd", deadline)
@@ -242,68 +164,27 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         state.write(data)
-        p = state.pki
         pids["kube-apiserver"] = _start(
             state,
             "kube-apiserver",
-            [
-                str(bins["kube-apiserver"]),
-                f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['apiserver']}",
-                f"--advertise-address={advertise_address()}",
-                f"--cert-dir={p}",
-                f"--tls-cert-file={p / 'apiserver.crt'}",
-                f"--tls-private-key-file={p / 'apiserver.key'}",
-                f"--client-ca-file={p / 'ca.crt'}",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={p / 'sa.pub'}",
-                f"--service-account-signing-key-file={p / 'sa.key'}",
-                "--authorization-mode=RBAC",
-                "--allow-privileged=true",
-                f"--egress-selector-config-file={state.directory / 'egress.yaml'}",
-                "--profiling=false",
-                "--v=1",
-            ],
+            components.kube_apiserver(
+                bins["kube-apiserver"], state.pki, ports["etcd"], ports["apiserver"], egress
+            ),
         )
         state.write(data)
         client = Client(server, state.pki)
         _wait("the API server", client.ready, pids["kube-apiserver"], state, "kube-apiserver", deadline)
-        kubeconfig = str(state.kubeconfig)
         pids["kube-controller-manager"] = _start(
             state,
             "kube-controller-manager",
-            [
-                str(bins["kube-controller-manager"]),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['controller-manager']}",
-                "--leader-elect=false",
-                f"--root-ca-file={p / 'ca.crt'}",
-                f"--service-account-private-key-file={p / 'sa.key'}",
-                f"--cluster-signing-cert-file={p / 'ca.crt'}",
-                f"--cluster-signing-key-file={p / 'ca.key'}",
-                "--use-service-account-credentials=false",
-                f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--profiling=false",
-            ],
+            components.kube_controller_manager(
+                bins["kube-controller-manager"], state.pki, state.kubeconfig, ports["controller-manager"]
+            ),
         )
         pids["kube-scheduler"] = _start(
             state,
             "kube-scheduler",
-            [
-                str(bins["kube-scheduler"]),
-                f"--kubeconfig={kubeconfig}",
-                f"--authentication-kubeconfig={kubeconfig}",
-                f"--authorization-kubeconfig={kubeconfig}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={ports['scheduler']}",
-                "--leader-elect=false",
-                "--profiling=false",
-            ],
+            components.kube_scheduler(bins["kube-scheduler"], state.kubeconfig, ports["scheduler"]),
         )
         state.write(data)
         kwok_module = module_dir(PARTS["kwok"].directory, "sigs.k8s.io/kwok")
@@ -311,20 +192,7 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         _wait_established(client, "stages.kwok.x-k8s.io", deadline)
         for stage in fleet.stages(kwok_module):
             client.apply("/apis/kwok.x-k8s.io/v1alpha1/stages", stage)
-        pids["kwok"] = _start(
-            state,
-            "kwok",
-            [
-                str(bins["kwok"]),
-                f"--kubeconfig={kubeconfig}",
-                f"--manage-nodes-with-annotation-selector={fleet.FAKE_NODE_ANNOTATION}=fake",
-                f"--cidr={POD_CIDR}",
-                "--node-ip=10.250.0.1",
-                f"--server-address=127.0.0.1:{ports['kwok']}",
-                "--enable-crds=Stage",
-                "--node-lease-duration-seconds=40",
-            ],
-        )
+        pids["kwok"] = _start(state, "kwok", components.kwok(bins["kwok"], state.kubeconfig, ports["kwok"]))
         state.write(data)
         for node in fleet.nodes():
             client.apply("/api/v1/nodes", node)

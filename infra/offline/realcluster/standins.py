@@ -1,4 +1,5 @@
-"""Operator pods as local processes: what a kubelet would give the pod of each Deployment in `STAND_INS`.
+"""Operator pods as local processes: what a kubelet would give the pod of each stand-in's Deployment
+(operators.py lists them).
 
 The real binaries (built from their pinned modules) run with the container's arguments and environment,
 its volumes written as files (secrets and config maps refreshed every pass, as a kubelet does), and a
@@ -78,77 +79,6 @@ class StandIn:
         return f"{self.namespace}/{self.deployment}"
 
 
-def _training_operator_flags(pod: LocalPod) -> list[str]:
-    # The webhook server's host is not settable in v1.9.4 (cmd/training-operator.v1/main.go:
-    # webhook.NewServer(webhook.Options{Port: ...})): it listens on every interface, at a free port.
-    return [
-        f"--metrics-bind-address=127.0.0.1:{pod.ports[8080]}",
-        f"--health-probe-bind-address=127.0.0.1:{pod.ports[8081]}",
-        f"--webhook-server-port={pod.ports[9443]}",
-    ]
-
-
-MANAGER_CONFIG = "/controller_manager_config.yaml"
-
-
-def _manager_config(mount_path: str, content: bytes, pod: LocalPod) -> bytes:
-    """The Configuration file of Kueue, JobSet and Trainer v2 (one shape, from controller-runtime's
-    component config) with its listeners on 127.0.0.1 at the local ports: their webhook's port and
-    host are read from this file only (Kueue cmd/kueue/main.go, JobSet main.go, Trainer
-    cmd/trainer-controller-manager/main.go have no flags for them)."""
-    if mount_path != MANAGER_CONFIG:
-        return content
-    config = yaml.safe_load(content) or {}
-    config.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{pod.ports[8081]}"
-    config.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{pod.ports[8443]}"
-    webhook = config.setdefault("webhook", {})
-    webhook["port"] = pod.ports[int(webhook.get("port") or 9443)]
-    webhook["host"] = "127.0.0.1"
-    if "statusServer" in config:  # Trainer v2's runtime status server (feature TrainJobStatus)
-        config["statusServer"]["port"] = pod.ports[int(config["statusServer"].get("port") or 10443)]
-    return yaml.safe_dump(config, sort_keys=False).encode()
-
-
-STAND_INS = (
-    StandIn(
-        "kubeflow",
-        "training-operator",
-        "training-operator",
-        "training-operator",
-        (8080, 8081, 9443),  # metrics, health probes, webhook (cmd/training-operator.v1/main.go defaults)
-        local_flags=_training_operator_flags,
-    ),
-    StandIn(
-        "kueue-system",
-        "kueue-controller-manager",
-        "manager",
-        "kueue",
-        (8081, 8082, 8443, 9443),  # health probes, visibility, metrics, webhook
-        # The on-demand visibility server writes its certificates to /visibility (pkg/visibility/
-        # server.go), outside what a stand-in's pod has of its own, and is reached through an
-        # APIService the local cluster does not register (kueue.py): it stays off here.
-        local_flags=lambda _: ["--feature-gates=VisibilityOnDemand=false"],
-        local_file=_manager_config,
-    ),
-    StandIn(
-        "kubeflow-system",
-        "jobset-controller-manager",
-        "manager",
-        "jobset",
-        (8081, 8443, 9443),
-        local_file=_manager_config,
-    ),
-    StandIn(
-        "kubeflow-system",
-        "kubeflow-trainer-controller-manager",
-        "manager",
-        "trainer-controller-manager",
-        (8081, 8443, 9443, 10443),
-        local_file=_manager_config,
-    ),
-)
-
-
 @dataclass
 class Running:
     process: subprocess.Popen
@@ -159,15 +89,23 @@ class Running:
 class LocalPods:
     """Keeps one local process per existing stand-in Deployment, in step with its pod template."""
 
-    def __init__(self, client: Client, directory: Path, kubeconfig: Path, log: Callable[[str], Path]) -> None:
+    def __init__(
+        self,
+        stand_ins: tuple[StandIn, ...],
+        client: Client,
+        directory: Path,
+        kubeconfig: Path,
+        log: Callable[[str], Path],
+    ) -> None:
+        self.stand_ins = stand_ins
         self.client = client
         self.directory = directory
         self.kubeconfig = kubeconfig
         self.log = log
         self.running: dict[str, Running] = {}
 
-    def reconcile(self, stand_ins: tuple[StandIn, ...] = STAND_INS) -> None:
-        for stand_in in stand_ins:
+    def reconcile(self) -> None:
+        for stand_in in self.stand_ins:
             deployment = self.client.get(
                 f"/apis/apps/v1/namespaces/{stand_in.namespace}/deployments/{stand_in.deployment}"
             )

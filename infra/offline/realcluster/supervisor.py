@@ -20,6 +20,7 @@ from pathlib import Path
 
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.kube import ApiError, Client, Obj
+from infra.offline.realcluster.operators import STAND_INS
 from infra.offline.realcluster.standins import LocalPods, target_port
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
@@ -31,7 +32,7 @@ class Supervisor:
     def __init__(self, state: State, client: Client) -> None:
         self.state = state
         self.client = client
-        self.pods = LocalPods(client, state.directory / "pods", state.kubeconfig, state.log)
+        self.pods = LocalPods(STAND_INS, client, state.directory / "pods", state.kubeconfig, state.log)
 
     # --- the egress proxy -------------------------------------------------------------------------
     def backend(self, host: str, port: int) -> int | None:
