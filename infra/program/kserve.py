@@ -1,4 +1,5 @@
-"""KServe, installed from its pinned release manifest (or assumed present: `kservePresent`).
+"""KServe, installed from its pinned release manifest or a mirror of it (`kserveSource`), or assumed
+present (`kservePresent`).
 
 Upstream (kserve/kserve, tag v0.20.0) publishes `kserve.yaml` with each release
 (`hack/release/generate-install.sh`: `kustomize build config/overlays/all` without its Namespace): the
@@ -25,7 +26,7 @@ import pulumi_kubernetes as k8s
 
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE, kept_crd
+from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
 
 RELEASE = "https://github.com/kserve/kserve/releases/download/{version}/kserve.yaml"
 NAMESPACE = "kserve"
@@ -34,8 +35,9 @@ CONFIG_MAP_TYPE = "kubernetes:core/v1:ConfigMap"
 
 
 def kserve_source(settings: Settings) -> str:
-    """The release manifest at the pinned tag."""
-    return RELEASE.format(version=settings.kserve_version)
+    """The mirror's manifest (a relative local path made absolute, as for the kustomize sources), else
+    the release manifest at the pinned tag."""
+    return kustomize_source(settings.kserve_source) or RELEASE.format(version=settings.kserve_version)
 
 
 def standard_mode(props: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pulumi import automation as auto
 
 from infra.offline.realcluster import fleet, sources
 from tests.e2e import judge, live
-from tests.e2e.project import Backend, program_stack
+from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import platform_config as e2e_platform_config
 
 IMAGE = "ghcr.io/ddp-mnist/trainer@sha256:" + "5" * 64
@@ -30,6 +30,14 @@ PLACEHOLDER = re.compile(r"<[a-z-]+>")
 
 def platform_config() -> dict[str, str]:
     return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": str(sources.operator_overlay())}
+
+
+def update_platform(platform: dict, extra: dict[str, str]) -> auto.UpResult:
+    """`up` of the session's platform stack with `extra` added to the config earlier scenarios gave it
+    (so a later scenario never takes away what an earlier one installed)."""
+    platform["config"] = {**platform.get("config", platform_config()), **extra}
+    set_config(platform["stack"], platform["config"])
+    return platform["stack"].up(on_output=print, show_secrets=False)
 
 
 def stack(backend: Backend, name: str, config: dict[str, str]) -> auto.Stack:

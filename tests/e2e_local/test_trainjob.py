@@ -20,7 +20,7 @@ from pulumi import automation as auto
 from infra.offline.realcluster import sources
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
-from tests.e2e.project import Backend, set_config
+from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config
 from tests.e2e_local import scenario
 from tests.e2e_local.conftest import KEEP
@@ -38,16 +38,15 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 def platform_v2(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The session's platform stack updated to gke-platform's shape: Trainer v2 next to the operator."""
     overlay = sources.trainer_overlay(tmp_path_factory.mktemp("sources"))
-    config = {
-        **scenario.platform_config(),
-        "ddp-mnist:trainerInstall": "true",
-        "ddp-mnist:allowBothOperators": "true",
-        "ddp-mnist:trainerSource": str(overlay),
-    }
-    stack: auto.Stack = platform["stack"]
-    set_config(stack, config)
-    result = stack.up(on_output=print, show_secrets=False)
-    return {"stack": stack, "outputs": scenario.outputs(result), "result": result}
+    result = scenario.update_platform(
+        platform,
+        {
+            "ddp-mnist:trainerInstall": "true",
+            "ddp-mnist:allowBothOperators": "true",
+            "ddp-mnist:trainerSource": str(overlay),
+        },
+    )
+    return {"outputs": scenario.outputs(result), "result": result}
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,10 @@ BAD_CONFIGS = [
         "config ddp-mnist:dataVolumeSize=ten gigs is invalid: must be a positive Kubernetes quantity such as 500m, 2, 10Gi",
     ),
     (
+        {"stackRole": "platform", "kserveInstall": True, "kserveSource": "http://mirror.example/kserve.yaml"},
+        "config ddp-mnist:kserveSource=http://mirror.example/kserve.yaml is invalid: must be a local file (/..., ./..., ../...) or an https URL of KServe's release manifest (kserve.yaml)",
+    ),
+    (
         {"jobMemoryRequest": "8Gi", "jobMemoryLimit": "4Gi"},
         "config ddp-mnist:jobMemoryRequest=8Gi is invalid: must be <= jobMemoryLimit (4Gi)",
     ),

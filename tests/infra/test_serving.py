@@ -15,7 +15,7 @@ from infra.offline.crd import crd_validator
 from infra.offline.effective import Controllers, derive
 from infra.offline.manifest import RecordingMocks, run_program, to_yaml
 from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
-from infra.offline.stackconfig import load_stack
+from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.kserve import CONFIG_MAP
 from infra.program.training_operator import CRD_TYPE
 from policy import guardrails as g
@@ -351,6 +351,30 @@ def test_inference_service_crd_validation_can_fail():
     assert list(validator.iter_errors(isvc)) == []
     isvc["spec"]["predictor"]["minReplica"] = 2
     assert list(validator.iter_errors(isvc))
+
+
+@pytest.mark.parametrize(
+    ("source", "file"),
+    [
+        ("./vendor/kserve/kserve.yaml", str(ROOT / "vendor/kserve/kserve.yaml")),
+        ("/srv/mirror/kserve-v0.20.0.yaml", "/srv/mirror/kserve-v0.20.0.yaml"),
+        (
+            "https://mirror.example/kserve/v0.20.0/kserve.yaml",
+            "https://mirror.example/kserve/v0.20.0/kserve.yaml",
+        ),
+    ],
+)
+def test_a_mirrored_kserve_manifest_is_what_the_platform_stack_applies(source, file, monkeypatch):
+    """The provider reads the file from infra/ (`main: infra/`): a relative path reaches it absolute."""
+    monkeypatch.chdir(ROOT / "infra")
+    values = {
+        "stackRole": "platform",
+        "kserveInstall": True,
+        "operatorInstall": False,
+        "kserveSource": source,
+    }
+    (manifest,) = render_config(values).external
+    assert manifest.inputs["file"] == file
 
 
 def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode():

@@ -23,10 +23,10 @@ from pathlib import Path
 import yaml
 
 from infra.offline.local.ports import free_port
-from infra.offline.realcluster import components, fleet, pki
+from infra.offline.realcluster import certmanager, components, fleet, pki
 from infra.offline.realcluster.build import binary, module_dir
 from infra.offline.realcluster.kube import ApiError, Client
-from infra.offline.realcluster.parts import PARTS
+from infra.offline.realcluster.parts import PARTS, PARTS_DIR
 
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_STATE = ROOT / ".local" / "realcluster"
@@ -189,6 +189,9 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         state.write(data)
         kwok_module = module_dir(PARTS["kwok"].directory, "sigs.k8s.io/kwok")
         client.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", fleet.stage_crd(kwok_module))
+        # cert-manager's API (its controllers stand in: certmanager.py), as a cluster KServe needs has it.
+        for crd in certmanager.crds(module_dir(PARTS_DIR / "cert-manager", certmanager.MODULE)):
+            client.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         _wait_established(client, "stages.kwok.x-k8s.io", deadline)
         for stage in fleet.stages(kwok_module):
             client.apply("/apis/kwok.x-k8s.io/v1alpha1/stages", stage)

@@ -1,6 +1,7 @@
 """The operators the local cluster runs as stand-ins (standins.py), and what each needs to listen on
 127.0.0.1 at free ports: the training operator (the platform stack's), Kueue (kueue.py), JobSet and
-the Trainer v2 controller (the platform stack's Trainer v2 overlay)."""
+the Trainer v2 controller (the platform stack's Trainer v2 overlay), KServe's controller (its release
+manifest, which the platform stack applies)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,16 @@ def _training_operator_flags(pod: LocalPod) -> list[str]:
         f"--metrics-bind-address=127.0.0.1:{pod.ports[8080]}",
         f"--health-probe-bind-address=127.0.0.1:{pod.ports[8081]}",
         f"--webhook-server-port={pod.ports[9443]}",
+    ]
+
+
+def _kserve_flags(pod: LocalPod) -> list[str]:
+    # cmd/manager/main.go (v0.20.0): --metrics-addr, --health-probe-addr, --webhook-port; the webhook
+    # server's host is not settable (webhook.NewServer(webhook.Options{Port: ...})).
+    return [
+        f"--metrics-addr=127.0.0.1:{pod.ports[8080]}",
+        f"--health-probe-addr=127.0.0.1:{pod.ports[8081]}",
+        f"--webhook-port={pod.ports[9443]}",
     ]
 
 
@@ -76,5 +87,13 @@ STAND_INS = (
         "trainer-controller-manager",
         (8081, 8443, 9443, 10443),
         local_file=_manager_config,
+    ),
+    StandIn(
+        "kserve",
+        "kserve-controller-manager",
+        "manager",
+        "kserve-manager",
+        (8080, 8081, 9443),  # metrics, health probes, webhook (cmd/manager/main.go defaults)
+        local_flags=_kserve_flags,
     ),
 )

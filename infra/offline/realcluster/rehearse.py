@@ -8,7 +8,7 @@ quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
 The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is, in a file backend of the cluster's own
 (`<state>/pulumi`), never your real backend. Values stored encrypted (`secure:`) cannot be read here:
 each becomes a placeholder secret, named in one line; `--set` gives a key a value instead (the S3 keys
-are set as secrets). `--local-sources` installs the training operator and Trainer v2 (with JobSet) from
+are set as secrets). `--local-sources` installs the training operator, Trainer v2 (with JobSet) and KServe from
 their pinned modules (the tier's build, infra/offline/realcluster/sources.py) instead of their Git
 sources, for a machine without access to GitHub. Pods run no process
 (KWOK completes them), so a rehearsal proves what the engine, the API server and the controllers do
@@ -136,6 +136,7 @@ def rehearsal_config(
     if local_sources is not None:
         config[f"{PROJECT}:operatorSource"] = auto.ConfigValue(str(sources.operator_overlay()))
         config[f"{PROJECT}:trainerSource"] = auto.ConfigValue(str(sources.trainer_overlay(local_sources)))
+        config[f"{PROJECT}:kserveSource"] = auto.ConfigValue(str(sources.kserve_manifest(local_sources)))
     return config, placeholders
 
 

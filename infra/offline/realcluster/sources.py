@@ -2,6 +2,7 @@
 instead of fetching them from GitHub (`operatorSource`, `trainerSource` point at these).
 
 - The training operator v1.9.4: its module's `manifests/overlays/standalone`, as it is.
+- KServe v0.20.0: its release manifest, built from the module as upstream builds it (`kserveSource`).
 - Kubeflow Trainer v2.3.0: a mirror of its module's `manifests/` in which `third-party/jobset` takes
   JobSet v0.12.0's manifests from the JobSet module (`config/default`, what its release manifest is
   built from) instead of GitHub's release download: the mirror `trainerSource` documents for an
@@ -23,6 +24,7 @@ from infra.offline.realcluster.cluster import ClusterError
 from infra.offline.realcluster.parts import PARTS
 
 OPERATOR_MODULE = "github.com/kubeflow/training-operator"
+KSERVE_MODULE = "github.com/kserve/kserve"
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
 
@@ -54,6 +56,17 @@ def trainer_overlay(directory: Path) -> Path:
     kustomization["resources"] = ["manifests.yaml"]
     (jobset / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return manifests / "overlays" / "manager"
+
+
+def kserve_manifest(directory: Path) -> Path:
+    """KServe's release manifest as upstream builds it (`hack/release/generate-install.sh`: `kustomize
+    build config/overlays/all` without its Namespace) from the pinned module, written under `directory`."""
+    upstream = module_dir(PARTS["kserve"].directory, KSERVE_MODULE) / "config" / "overlays" / "all"
+    objects = [d for d in yaml.safe_load_all(_kustomize(upstream)) if d and d["kind"] != "Namespace"]
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = directory / "kserve.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects, sort_keys=False))
+    return manifest
 
 
 def _kustomize(directory: Path) -> str:

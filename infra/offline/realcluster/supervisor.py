@@ -6,6 +6,7 @@
 - **Volume provisioner**: what a CSI driver's external-provisioner does for a claim of a StorageClass
   whose provisioner is not the in-tree one: a PersistentVolume bound to the claim (after the scheduler
   picks a node when the class waits for the first consumer), deleted when released under `Delete`.
+- **cert-manager**: self-signed certificates and CA injection (certmanager.py).
 - **Operator pods**: the Deployments of the operators (the training operator, Kueue) run as local
   processes with what a kubelet would give their pod (standins.py).
 """
@@ -18,6 +19,7 @@ import contextlib
 import signal
 from pathlib import Path
 
+from infra.offline.realcluster import certmanager
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.kube import ApiError, Client, Obj
 from infra.offline.realcluster.operators import STAND_INS
@@ -73,6 +75,11 @@ class Supervisor:
             pass
         finally:
             writer.close()
+
+    # --- cert-manager ------------------------------------------------------------------------------
+    def certificates(self) -> None:
+        certmanager.issue(self.client)
+        certmanager.inject(self.client)
 
     # --- the volume provisioner -------------------------------------------------------------------
     def provision(self) -> None:
@@ -154,7 +161,7 @@ async def run(state: State) -> None:
         await asyncio.sleep(0.2)
     try:
         while not stop.is_set():
-            for step in (supervisor.provision, supervisor.pods.reconcile):
+            for step in (supervisor.provision, supervisor.certificates, supervisor.pods.reconcile):
                 try:
                     await asyncio.to_thread(step)
                 except (ApiError, OSError, KeyError, ValueError) as error:

@@ -18,6 +18,13 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
             "false when stackRole is job: the cluster's platform stack installs KServe and owns its CRDs "
             "(set kservePresent true here; stackRole all installs both in one stack)",
         )
+    source = s.kserve_source
+    if source and not source.startswith(("/", "./", "../", "https://")):
+        yield ConfigError(
+            "kserveSource",
+            source,
+            "a local file (/..., ./..., ../...) or an https URL of KServe's release manifest (kserve.yaml)",
+        )
     if s.serve_kind == "none":
         return
     if s.stack_role == "platform":

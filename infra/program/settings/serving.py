@@ -89,6 +89,13 @@ class KServeSettings(SettingsGroup):
     kserve_version: str = key(
         "kserveVersion", "v0.20.0", "Pinned KServe release tag (vMAJOR.MINOR.PATCH) kserveInstall applies."
     )
+    kserve_source: str = key(
+        "kserveSource",
+        "",
+        "KServe's release manifest kserveInstall applies (a mirror for air-gapped clusters): a local file "
+        "(absolute, or ./ or ../ relative to the directory of Pulumi.yaml) or an https URL; empty uses "
+        "the release's kserve.yaml at kserveVersion from GitHub.",
+    )
 
     @field_validator("kserve_version")
     @classmethod

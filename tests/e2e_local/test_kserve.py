@@ -1,0 +1,103 @@
+"""KServe, with the real engine, API server, controllers and KServe v0.20.0's controller (its release
+manifest built from the pinned module: the mirror `kserveSource` takes); cert-manager's API is real,
+its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py):
+
+13. the platform stack, updated with `kserveInstall`, applies KServe's manifest and replaces nothing;
+    its webhooks get the CA of their Certificate and answer;
+14. a job stack with `serveKind: kserve`: the InferenceService is admitted by KServe's webhooks, its
+    controller makes the predictor Deployment (Standard mode) and the InferenceService becomes Ready
+    once the job succeeded; a new `jobRunId` previews as an update of the InferenceService, never a
+    replacement, and rolls out a new predictor template; a second `up` and a preview after `refresh`
+    change nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+from pulumi import automation as auto
+
+from infra.offline.realcluster import sources
+from tests.e2e import judge, live
+from tests.e2e.project import Backend, set_config
+from tests.e2e.stacks import job_config
+from tests.e2e_local import scenario
+from tests.e2e_local.conftest import KEEP
+
+pytestmark = pytest.mark.e2e_local
+
+NAMESPACE = "ddp-mnist-local-kserve"
+ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
+
+
+@pytest.fixture(scope="module")
+def with_kserve(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    manifest = sources.kserve_manifest(tmp_path_factory.mktemp("kserve"))
+    result = scenario.update_platform(
+        platform, {"ddp-mnist:kserveInstall": "true", "ddp-mnist:kserveSource": str(manifest)}
+    )
+    return {"result": result}
+
+
+@pytest.fixture(scope="module")
+def served(backend: Backend, with_kserve: dict) -> Iterator[dict]:
+    config = job_config(
+        scenario.IMAGE,
+        *scenario.KEYS,
+        namespace=NAMESPACE,
+        storageClassName="ddp-mnist-nfs-kserve",
+        serveKind="kserve",
+        kservePresent="true",
+    )
+    stack = scenario.stack(backend, "local-kserve", config)
+    yield {"stack": stack, "config": config}
+    if not KEEP:
+        stack.destroy(on_output=print)
+        live.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def _ready(isvc: dict) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True" for c in isvc.get("status", {}).get("conditions", [])
+    )
+
+
+def test_13_the_platform_stack_installs_kserve_and_its_webhooks_get_their_ca(with_kserve: dict) -> None:
+    changed = scenario.changes(with_kserve["result"].summary.resource_changes)
+    assert "replace" not in changed and "delete" not in changed, changed
+    controller = live.get("deployment", "kserve-controller-manager", "kserve")
+    assert controller["status"].get("availableReplicas") == 1
+    secret = live.get("secret", "kserve-webhook-server-cert", "kserve")
+    ca = secret["data"]["ca.crt"]
+    assert base64.b64decode(ca).startswith(b"-----BEGIN CERTIFICATE-----")
+    config = live.get("validatingwebhookconfiguration", "inferenceservice.serving.kserve.io")
+    assert {hook["clientConfig"].get("caBundle") for hook in config["webhooks"]} == {ca}
+
+
+def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: dict) -> None:
+    stack: auto.Stack = served["stack"]
+    outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
+    assert outputs["jobOutcome"] == "Succeeded"
+    (isvc,) = live.items("inferenceservice", NAMESPACE)
+    assert _ready(isvc), isvc.get("status")
+    name = isvc["metadata"]["name"]
+    predictor = live.get("deployment", f"{name}-predictor", NAMESPACE)
+    assert predictor["status"].get("availableReplicas", 0) >= 1
+    assert judge.refused_pod_creations(live.events(NAMESPACE)) == []
+    template = predictor["spec"]["template"]
+
+    set_config(stack, {**served["config"], "ddp-mnist:jobRunId": "r2"})
+    steps: list[tuple[str, str]] = []
+    stack.preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
+    server = {op for op, kind in steps if kind == ISVC}
+    assert server == {"update"}, steps
+    stack.up(on_output=print, show_secrets=False)
+    assert _ready(live.get("inferenceservice", name, NAMESPACE))
+    assert live.get("deployment", f"{name}-predictor", NAMESPACE)["spec"]["template"] != template
+
+    again = stack.up(on_output=print, show_secrets=False)
+    assert scenario.changes(again.summary.resource_changes) == {}
+    stack.refresh(on_output=print)
+    assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
