@@ -6,9 +6,9 @@ its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py)
     its webhooks get the CA of their Certificate and answer;
 14. a job stack with `serveKind: kserve`: the InferenceService is admitted by KServe's webhooks, its
     controller makes the predictor Deployment (Standard mode) and the InferenceService becomes Ready
-    once the job succeeded; a new `jobRunId` previews as an update of the InferenceService, never a
-    replacement, and rolls out a new predictor template; a second `up` and a preview after `refresh`
-    change nothing.
+    once the job succeeded; the predictor pod, as admitted, equals the offline model's field by field;
+    a new `jobRunId` previews as an update of the InferenceService, never a replacement, and rolls out
+    a new predictor template; a second `up` and a preview after `refresh` change nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pulumi import automation as auto
 
 from infra.offline.realcluster import sources
 from tests.e2e import judge, live
+from tests.e2e.model import modelled
 from tests.e2e.project import Backend, set_config
 from tests.e2e.stacks import job_config
 from tests.e2e_local import scenario
@@ -87,6 +88,15 @@ def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: 
     assert predictor["status"].get("availableReplicas", 0) >= 1
     assert judge.refused_pod_creations(live.events(NAMESPACE)) == []
     template = predictor["spec"]["template"]
+
+    # The predictor pod KServe's controller, webhook and the Deployment controller made, as admitted,
+    # equals the offline model field by field (scenario 5 for the serving pod).
+    view = modelled("local-kserve", served["config"])
+    model = next(p for p in view.admission.pods if p.owner == f"InferenceService/{name}").manifest
+    (pod,) = scenario.wait_for_pods(NAMESPACE, f"serving.kserve.io/inferenceservice={name}")
+    assert judge.pod_differences(pod, model, container=model["spec"]["containers"][0]["name"]) == []
+    assert scenario.covered_differences(pod["spec"], model["spec"], ".spec") == []
+    assert scenario.covered_differences(pod["metadata"], model["metadata"], ".metadata") == []
 
     set_config(stack, {**served["config"], "ddp-mnist:jobRunId": "r2"})
     steps: list[tuple[str, str]] = []

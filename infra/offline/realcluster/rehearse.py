@@ -8,9 +8,9 @@ quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
 The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is, in a file backend of the cluster's own
 (`<state>/pulumi`), never your real backend. Values stored encrypted (`secure:`) cannot be read here:
 each becomes a placeholder secret, named in one line; `--set` gives a key a value instead (the S3 keys
-are set as secrets). `--local-sources` installs the training operator, Trainer v2 (with JobSet) and KServe from
-their pinned modules (the tier's build, infra/offline/realcluster/sources.py) instead of their Git
-sources, for a machine without access to GitHub. Pods run no process
+are set as secrets). `--local-sources` installs the training operator, Trainer v2 (with JobSet) and
+KServe from their pinned modules (the tier's build, infra/offline/realcluster/sources.py) instead of
+their Git sources and release downloads, for a machine without access to GitHub. Pods run no process
 (KWOK completes them), so a rehearsal proves what the engine, the API server and the controllers do
 with the stack, not the training itself (`make run` proves that).
 
