@@ -150,9 +150,10 @@ def pod_failure_policy(container: str) -> k8s.batch.v1.PodFailurePolicyArgs:
     )
 
 
-class KubeflowJob(pulumi.CustomResource):
-    """A Kubeflow custom resource with a readable `status` output (the SDK's CustomResource keeps only
-    apiVersion, kind and metadata), so `failure_gate` can read its conditions after the wait."""
+class CustomResourceWithStatus(pulumi.CustomResource):
+    """A custom resource (a Kubeflow job, an InferenceService) with a readable `status` output (the
+    SDK's CustomResource keeps only apiVersion, kind and metadata), so a gate can read its conditions
+    after the wait."""
 
     status: pulumi.Output[Any]
 
@@ -273,7 +274,7 @@ class PyTorchJob(pulumi.ComponentResource):
             run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
         if settings.job_ttl_seconds_after_finished >= 0:
             run_policy["ttlSecondsAfterFinished"] = settings.job_ttl_seconds_after_finished
-        job = KubeflowJob(
+        job = CustomResourceWithStatus(
             f"{name}-job",
             "PyTorchJob",
             metadata=job_metadata(settings, inputs, namespace, "PyTorchJob"),

@@ -41,11 +41,23 @@ def kserve_source(settings: Settings) -> str:
 
 
 def standard_mode(props: dict[str, Any]) -> dict[str, Any]:
-    """`inferenceservice-config` with `deploy.defaultDeploymentMode` Standard (a new dict)."""
+    """`inferenceservice-config` with `deploy.defaultDeploymentMode` Standard, and Pulumi's wait
+    annotations in `inferenceService.serviceAnnotationDisallowedList` (KServe appends the list to its
+    own: `pkg/apis/serving/v1beta1/configmap.go`), so they never reach a predictor's pod template: a
+    change of a wait setting then restarts no server pod (a new dict)."""
     import copy
 
+    from infra.program.serving import WAIT_ANNOTATIONS
+
     config = copy.deepcopy(props)
-    config.setdefault("data", {})["deploy"] = json.dumps({"defaultDeploymentMode": "Standard"})
+    data = config.setdefault("data", {})
+    data["deploy"] = json.dumps({"defaultDeploymentMode": "Standard"})
+    isvc = json.loads(data.get("inferenceService") or "{}")
+    disallowed = list(isvc.get("serviceAnnotationDisallowedList") or [])
+    isvc["serviceAnnotationDisallowedList"] = disallowed + [
+        a for a in WAIT_ANNOTATIONS if a not in disallowed
+    ]
+    data["inferenceService"] = json.dumps(isvc)
     return config
 
 

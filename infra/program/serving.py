@@ -41,6 +41,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.isolation import dns_egress, namespace_peer, s3_destination, s3_egress
+from infra.program.jobs import CustomResourceWithStatus
 from infra.program.meta import JobNames, labels
 from infra.program.podspec import base_env, container_security, model_export_uri, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings, parse_quantity
@@ -61,6 +62,27 @@ MODEL_MOUNT = "/checkpoints"
 # Annotations KServe v0.20.0 reads on an InferenceService (pkg/constants/constants.go).
 DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"
+# KServe v0.20.0 in Standard mode (pkg/apis/serving/v1beta1/inference_service_status.go,
+# PropagateRawStatus) gives the `PredictorReady` condition the predictor Deployment's `Progressing`
+# reason once that reads `NewReplicaSetAvailable`: every replica runs the new template and no old pod
+# is left (kubernetes `pkg/controller/deployment/util`, DeploymentComplete). Before that, during a
+# rollout, it stays Ready with `Available`'s reason, since `maxUnavailable: 0` keeps the old pods
+# available: waiting for Ready alone ends before the new model serves. A model that never loads ends
+# the rollout with `ProgressDeadlineExceeded` (the Deployment's progressDeadlineSeconds, which KServe
+# sets to 600 s: reconcilers/deployment/deployment_reconciler.go). The status's observedGeneration is
+# the Deployment's (set there too), so a stale reason from the last rollout does not end the wait.
+ROLLED_OUT = "NewReplicaSetAvailable"
+ROLLOUT_FAILED = "ProgressDeadlineExceeded"
+ROLLOUT_DEADLINE_S = 600
+PREDICTOR_WAIT = (
+    "jsonpath={.status.conditions[?(@.type=='PredictorReady' && "
+    f"(@.reason=='{ROLLED_OUT}' || @.reason=='{ROLLOUT_FAILED}'))].reason}}"
+)
+# The annotations of ours KServe must not copy onto the predictor's pods (it copies the
+# InferenceService's own annotations to its pod template, components/predictor.go): a change of a wait
+# setting would roll every server pod. The platform stack lists them in `inferenceservice-config`
+# (infra/program/kserve.py); a KServe installed otherwise needs the same list.
+WAIT_ANNOTATIONS = ("pulumi.com/waitFor", "pulumi.com/timeoutSeconds")
 
 
 @dataclass(frozen=True)
@@ -193,6 +215,25 @@ def serve_url(settings: Settings) -> str:
     )
 
 
+def predictor_outcome(status: Any, name: str, version: str, logs: str) -> str:
+    """The InferenceService's rollout after Pulumi's wait: "Serving" once the new model serves on every
+    replica; raises (failing `pulumi up` with one line ending with the logs command) when it failed."""
+    for condition in (status or {}).get("conditions") or []:
+        if condition.get("type") != "PredictorReady":
+            continue
+        reason = condition.get("reason") or ""
+        if reason == ROLLED_OUT:
+            return "Serving"
+        if condition.get("status") == "False":
+            message = condition.get("message") or ""
+            raise pulumi.RunError(
+                f"InferenceService {name}: model version {version} did not become ready ({reason}): "
+                f"{message}".rstrip(": ")
+                + f"; the old pods, if any, still serve; the new pods' logs: {logs}"
+            )
+    return "unknown"
+
+
 def serve_example(settings: Settings) -> str:
     """A command to paste: forward a local port to the Service, ask whether the model is ready and for
     its metadata (name, version = jobRunId)."""
@@ -226,6 +267,7 @@ class ModelServer(pulumi.ComponentResource):
         super().__init__(f"{PROJECT}:serving:ModelServer", name, {}, opts)
         serve = serve_names(settings)
         self._ready = ready
+        self.outcome: pulumi.Output[str] = pulumi.Output.from_input("none")
         child = self._gated()
         obj_labels = server_labels(settings, serve)
 
@@ -299,7 +341,7 @@ class ModelServer(pulumi.ComponentResource):
         strategy = rolling_update()
         # Pulumi waits for the rollout of a Deployment by default (new ReplicaSet available).
         wait = {"pulumi.com/timeoutSeconds": str(settings.serve_wait_timeout_seconds)}
-        k8s.apps.v1.Deployment(
+        deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=metadata(serve.server, wait),
             spec=k8s.apps.v1.DeploymentSpecArgs(
@@ -321,9 +363,11 @@ class ModelServer(pulumi.ComponentResource):
             ),
             opts=opts,
         )
+        # Its wait (endpoints for the selected pods) follows the serving timeout, not the provider's
+        # fixed default of 10 minutes.
         core.Service(
             f"{name}-service",
-            metadata=metadata(serve.service),
+            metadata=metadata(serve.service, wait),
             spec=core.ServiceSpecArgs(
                 selector={SERVE_LABEL: serve.server},
                 ports=[
@@ -334,6 +378,8 @@ class ModelServer(pulumi.ComponentResource):
             ),
             opts=self._gated(),
         )
+        # The built-in Deployment await fails `pulumi up` itself when the rollout does not complete.
+        self.outcome = deployment.status.apply(lambda _: "Serving")
 
     def _inference_service(
         self,
@@ -364,16 +410,20 @@ class ModelServer(pulumi.ComponentResource):
             DEPLOYMENT_MODE: "Standard",
             # A fixed replica count (minReplicas): no HorizontalPodAutoscaler, no metrics server needed.
             AUTOSCALER_CLASS: "none",
-            # `pulumi up` waits until the InferenceService reports Ready (its predictor Deployment's
-            # pods pass the readiness probe).
-            "pulumi.com/waitFor": "jsonpath={.status.conditions[?(@.type=='Ready')].status}=True",
+            # `pulumi up` waits until the new model serves on every replica, or its rollout failed
+            # (PREDICTOR_WAIT); `outcome` then fails the `up` with one line if it failed.
+            "pulumi.com/waitFor": PREDICTOR_WAIT,
             "pulumi.com/timeoutSeconds": str(settings.serve_wait_timeout_seconds),
         }
-        k8s.apiextensions.CustomResource(
+        isvc = CustomResourceWithStatus(
             f"{name}-inference-service",
+            "InferenceService",
+            metadata(serve.server, annotations),
+            {"predictor": predictor},
+            opts,
             api_version="serving.kserve.io/v1beta1",
-            kind="InferenceService",
-            metadata=metadata(serve.server, annotations),
-            spec={"predictor": predictor},
-            opts=opts,
+        )
+        logs = f"kubectl -n {settings.namespace} logs deployment/{serve.server}-predictor"
+        self.outcome = isvc.status.apply(
+            lambda s: predictor_outcome(s, serve.server, settings.job_run_id, logs)
         )

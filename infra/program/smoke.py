@@ -36,7 +36,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.jobs import KubeflowJob, _field, wait_annotations
+from infra.program.jobs import CustomResourceWithStatus, _field, wait_annotations
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 
@@ -187,7 +187,7 @@ def smoke_outcome(status: Any, kind: str, name: str, settings: Settings) -> str:
     raise pulumi.RunError(f"{prefix}: {cause}; see `{events}`")
 
 
-def _gate(job: KubeflowJob, kind: str, name: str, settings: Settings) -> pulumi.Output[str]:
+def _gate(job: CustomResourceWithStatus, kind: str, name: str, settings: Settings) -> pulumi.Output[str]:
     status: pulumi.Output[Any] = getattr(job, "status")  # noqa: B009 (resource outputs are attributes)
     return status.apply(lambda s: smoke_outcome(s, kind, name, settings))
 
@@ -259,7 +259,7 @@ class SmokeCheck(pulumi.ComponentResource):
         # Any change of a smoke job's spec (a new init image) replaces it: the check runs again.
         replace = pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
         if operator is not None:
-            job = KubeflowJob(
+            job = CustomResourceWithStatus(
                 f"{name}-pytorchjob",
                 "PyTorchJob",
                 metadata=_metadata(settings, PYTORCHJOB_NAME, ns, "PyTorchJob"),
@@ -283,7 +283,7 @@ class SmokeCheck(pulumi.ComponentResource):
                     child, pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[trainer]))
                 ),
             )
-            trainjob = KubeflowJob(
+            trainjob = CustomResourceWithStatus(
                 f"{name}-trainjob",
                 "TrainJob",
                 metadata=_metadata(settings, TRAINJOB_NAME, ns, "TrainJob"),

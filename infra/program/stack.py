@@ -156,6 +156,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         served |= {
             "serveKind": settings.serve_kind,
             "serveModelVersion": settings.job_run_id,
+            # Awaited as an output: a model version that never serves fails `pulumi up` here.
+            "serveOutcome": server.outcome,
             "serveUrl": server.url,
             "serveExample": serve_example(settings),
         }

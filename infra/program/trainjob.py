@@ -36,8 +36,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.jobs import (
+    CustomResourceWithStatus,
     JobInputs,
-    KubeflowJob,
     failure_gate,
     job_metadata,
     replace_on_any_change,
@@ -176,7 +176,7 @@ class TrainJob(pulumi.ComponentResource):
             spec=training_runtime_spec(settings, template),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change(inputs.after)),
         )
-        job = KubeflowJob(
+        job = CustomResourceWithStatus(
             f"{name}-job",
             "TrainJob",
             metadata=job_metadata(settings, inputs, namespace, "TrainJob"),

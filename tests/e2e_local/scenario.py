@@ -18,6 +18,8 @@ from typing import Any
 from pulumi import automation as auto
 
 from infra.offline.realcluster import fleet, sources
+from infra.offline.realcluster.build import module_dir
+from infra.offline.realcluster.parts import PARTS
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import platform_config as e2e_platform_config
@@ -57,6 +59,18 @@ def changes(summary: Mapping[Any, int] | None) -> dict[Any, int]:
 def failing_pods(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Iterator[None]:
     """While inside, the running job pods of `namespace` with `labels` exit with `exit_code`."""
     body = fleet.failure_stage(name, namespace, labels, exit_code)
+    live.kubectl("apply", "-f", "-", stdin=_json(body))
+    try:
+        yield
+    finally:
+        live.kubectl("delete", "stage", name, "--ignore-not-found")
+
+
+@contextmanager
+def slow_ready_pods(name: str, namespace: str, labels: dict[str, str], delay_s: int) -> Iterator[None]:
+    """While inside, new pods of `namespace` with `labels` become Ready only `delay_s` after scheduling."""
+    kwok = module_dir(PARTS["kwok"].directory, "sigs.k8s.io/kwok")
+    body = fleet.slow_ready_stage(kwok, name, namespace, labels, delay_s)
     live.kubectl("apply", "-f", "-", stdin=_json(body))
     try:
         yield

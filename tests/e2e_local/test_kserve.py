@@ -8,7 +8,10 @@ its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py)
     controller makes the predictor Deployment (Standard mode) and the InferenceService becomes Ready
     once the job succeeded; the predictor pod, as admitted, equals the offline model's field by field;
     a new `jobRunId` previews as an update of the InferenceService, never a replacement, and rolls out
-    a new predictor template; a second `up` and a preview after `refresh` change nothing.
+    a new predictor template; a second `up` and a preview after `refresh` change nothing;
+15. a change of a wait setting touches no server pod (KServe copies no `pulumi.com/*` annotation onto
+    them); a new run whose server pod takes 20 s to become ready: `up` returns only once every replica
+    serves the new model (the predictor Deployment's rollout complete, no pod of the old template).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ pytestmark = pytest.mark.e2e_local
 
 NAMESPACE = "ddp-mnist-local-kserve"
 ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
+SLOW_LOAD_S = 20
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +102,8 @@ def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: 
     assert scenario.covered_differences(pod["spec"], model["spec"], ".spec") == []
     assert scenario.covered_differences(pod["metadata"], model["metadata"], ".metadata") == []
 
-    set_config(stack, {**served["config"], "ddp-mnist:jobRunId": "r2"})
+    served["config"] = {**served["config"], "ddp-mnist:jobRunId": "r2"}
+    set_config(stack, served["config"])
     steps: list[tuple[str, str]] = []
     stack.preview(on_output=print, on_event=lambda event: steps.extend(judge.planned_steps(event)))
     server = {op for op, kind in steps if kind == ISVC}
@@ -111,3 +116,35 @@ def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: 
     assert scenario.changes(again.summary.resource_changes) == {}
     stack.refresh(on_output=print)
     assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
+
+
+def test_15_up_returns_once_the_new_model_serves_and_a_wait_setting_restarts_nothing(served: dict) -> None:
+    stack: auto.Stack = served["stack"]
+    (isvc,) = live.items("inferenceservice", NAMESPACE)
+    name = isvc["metadata"]["name"]
+    deployment = f"{name}-predictor"
+    before = live.get("deployment", deployment, NAMESPACE)
+    assert not [
+        k for k in before["spec"]["template"]["metadata"]["annotations"] if k.startswith("pulumi.com/")
+    ]
+
+    # A wait setting is Pulumi's alone: no pod of the server is touched.
+    served["config"] = {**served["config"], "ddp-mnist:serveWaitTimeoutSeconds": "900"}
+    set_config(stack, served["config"])
+    stack.up(on_output=print, show_secrets=False)
+    after = live.get("deployment", deployment, NAMESPACE)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+
+    # A new run whose server pod takes 20 s to become ready: `up` returns only once it serves.
+    served["config"] = {**served["config"], "ddp-mnist:jobRunId": "r3"}
+    set_config(stack, served["config"])
+    pods = {"serving.kserve.io/inferenceservice": name}
+    with scenario.slow_ready_pods("slow-model-load", NAMESPACE, pods, SLOW_LOAD_S):
+        outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
+        rolled = live.get("deployment", deployment, NAMESPACE)
+    assert outputs["serveOutcome"] == "Serving"
+    assert rolled["metadata"]["generation"] > after["metadata"]["generation"]
+    status, replicas = rolled["status"], rolled["spec"]["replicas"]
+    assert status["observedGeneration"] == rolled["metadata"]["generation"]
+    assert status.get("updatedReplicas") == status.get("availableReplicas") == replicas, status
+    assert status.get("replicas") == replicas, status  # no pod of the old template counted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pulumi
@@ -16,7 +17,8 @@ from infra.offline.effective import Controllers, derive
 from infra.offline.manifest import RecordingMocks, run_program, to_yaml
 from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
 from infra.offline.stackconfig import ROOT, load_stack
-from infra.program.kserve import CONFIG_MAP
+from infra.program.kserve import CONFIG_MAP, standard_mode
+from infra.program.serving import WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.training_operator import CRD_TYPE
 from policy import guardrails as g
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
@@ -410,6 +412,94 @@ def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode
     assert changed is not None
     assert yaml.safe_load(changed.props["data"]["deploy"]) == {"defaultDeploymentMode": "Standard"}
     assert config["data"]["deploy"] == '{"defaultDeploymentMode": "Serverless"}'  # not modified in place
+
+
+def test_kserve_is_configured_never_to_copy_the_wait_annotations_onto_server_pods():
+    """KServe copies an InferenceService's annotations onto its predictor's pods, less the list in
+    `inferenceservice-config` (appended to its own): ours are on that list, upstream's settings kept."""
+    upstream = '{"resource": {"cpuLimit": "1"}, "serviceAnnotationDisallowedList": ["team.example/x"]}'
+    config = {"kind": "ConfigMap", "metadata": {"name": CONFIG_MAP}, "data": {"inferenceService": upstream}}
+    isvc = json.loads(standard_mode(config)["data"]["inferenceService"])
+    assert isvc == {
+        "resource": {"cpuLimit": "1"},
+        "serviceAnnotationDisallowedList": ["team.example/x", *WAIT_ANNOTATIONS],
+    }
+    bare = {"kind": "ConfigMap", "metadata": {"name": CONFIG_MAP}, "data": {}}
+    listed = json.loads(standard_mode(bare)["data"]["inferenceService"])["serviceAnnotationDisallowedList"]
+    assert listed == list(WAIT_ANNOTATIONS)
+    # What the program puts on the InferenceService for Pulumi's wait is exactly that list.
+    isvc_annotations = one(render_config(KSERVE), "InferenceService")["metadata"]["annotations"]
+    assert {k for k in isvc_annotations if k.startswith("pulumi.com/")} == set(WAIT_ANNOTATIONS)
+    # And the modelled predictor pod, as KServe makes it, carries none of them.
+    view = cluster_view(render_config(KSERVE).objects, render_config(KSERVE).settings)
+    (pod,) = [p for p in view.admission.pods if p.owner.startswith("InferenceService/")][:1]
+    assert not [k for k in pod.manifest["metadata"].get("annotations", {}) if k.startswith("pulumi.com/")]
+
+
+def _predictor(reason: str, status: str, message: str = "") -> dict[str, Any]:
+    condition = {"type": "PredictorReady", "status": status, "reason": reason, "message": message}
+    return {"conditions": [{"type": "Ready", "status": status}, condition]}
+
+
+def test_the_kserve_wait_ends_only_when_the_rollout_completed_or_failed():
+    """KServe keeps PredictorReady True while the old pods serve; only the Deployment's
+    NewReplicaSetAvailable (the rollout done) or ProgressDeadlineExceeded (it failed) end the wait."""
+    isvc = one(render_config(KSERVE), "InferenceService")
+    wait = isvc["metadata"]["annotations"]["pulumi.com/waitFor"]
+    assert wait == (
+        "jsonpath={.status.conditions[?(@.type=='PredictorReady' && "
+        "(@.reason=='NewReplicaSetAvailable' || @.reason=='ProgressDeadlineExceeded'))].reason}"
+    )
+    logs = "kubectl -n ns logs deployment/mnist-serve-predictor"
+    assert (
+        predictor_outcome(_predictor("NewReplicaSetAvailable", "True"), "mnist-serve", "r2", logs)
+        == "Serving"
+    )
+    with pytest.raises(pulumi.RunError) as failed:
+        predictor_outcome(
+            _predictor(
+                "ProgressDeadlineExceeded", "False", 'ReplicaSet "mnist-serve-predictor-7c" has timed out'
+            ),
+            "mnist-serve",
+            "r2",
+            logs,
+        )
+    line = str(failed.value)
+    assert "\n" not in line
+    assert line == (
+        "InferenceService mnist-serve: model version r2 did not become ready (ProgressDeadlineExceeded): "
+        'ReplicaSet "mnist-serve-predictor-7c" has timed out; the old pods, if any, still serve; '
+        f"the new pods' logs: {logs}"
+    )
+
+
+class _ServerEndsWith(_JobEndsWith):
+    """The training job succeeds; the InferenceService comes back from the wait with `predictor`."""
+
+    def __init__(self, predictor: dict[str, Any]) -> None:
+        super().__init__({"type": "Succeeded", "status": "True"})
+        self.predictor = predictor
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        rid, outputs = super().new_resource(args)
+        if args.name == "server-inference-service":
+            outputs = {**outputs, "status": self.predictor}
+        return rid, outputs
+
+
+def test_a_model_version_that_never_serves_fails_pulumi_up_with_one_line():
+    config = stack_config({**BASE, **KSERVE})
+    with pytest.raises(pulumi.RunError) as failed:
+        run_program(config, _ServerEndsWith(_predictor("ProgressDeadlineExceeded", "False", "timed out")))
+    assert str(failed.value).startswith("InferenceService mnist-serve: model version r1 did not become ready")
+    _, outputs = run_program(config, _ServerEndsWith(_predictor("NewReplicaSetAvailable", "True")))
+    assert outputs["serveOutcome"] == "Serving"
+
+
+def test_the_deployment_paths_service_waits_as_long_as_the_server():
+    rendering = render_config({**DEPLOYMENT, "serveWaitTimeoutSeconds": 1800})
+    (service,) = [o for o in by_kind(rendering, "Service") if o["metadata"]["name"] == "mnist-serve"]
+    assert service["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "1800"
 
 
 def test_an_all_stack_installs_kserve_before_its_inference_service():

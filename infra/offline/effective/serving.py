@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 
 from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
+from infra.program.serving import WAIT_ANNOTATIONS
 
 HASH = "<hash>"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
@@ -61,12 +62,15 @@ EXTENSION_FIELDS = {
     *("sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml"),
     *("lightgbm", "paddle"),
 }
+# KServe's own list (pkg/constants/constants.go, ServiceAnnotationDisallowedList), and the wait
+# annotations the platform stack appends to it in `inferenceservice-config` (infra/program/kserve.py).
 DISALLOWED_ANNOTATIONS = {
     "autoscaling.knative.dev/min-scale",
     "autoscaling.knative.dev/max-scale",
     "internal.serving.kserve.io/storage-initializer-sourceuri",
     "kubectl.kubernetes.io/last-applied-configuration",
     "modelFormat",
+    *WAIT_ANNOTATIONS,
 }
 
 

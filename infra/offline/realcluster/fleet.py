@@ -164,6 +164,27 @@ def failure_stage(name: str, namespace: str, labels: dict[str, str], exit_code: 
     }
 
 
+def slow_ready_stage(
+    kwok_module: Path, name: str, namespace: str, labels: dict[str, str], delay_s: int
+) -> Obj:
+    """New pods of `namespace` with `labels` become Ready only `delay_s` after they were scheduled
+    (upstream's pod-ready stage, delayed and preferred): a server whose model takes that long to load."""
+    stage: Obj = yaml.safe_load(
+        (kwok_module / "kustomize" / "stage" / "pod" / "fast" / "pod-ready.yaml").read_text()
+    )
+    stage["metadata"] = {"name": name}
+    stage["spec"]["selector"]["matchExpressions"] += [
+        {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+        *(
+            {"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [value]}
+            for key, value in labels.items()
+        ),
+    ]
+    stage["spec"]["weight"] = 100
+    stage["spec"]["delay"] = {"durationMilliseconds": delay_s * 1000}
+    return stage
+
+
 def stages(kwok_module: Path) -> list[Obj]:
     upstream = [
         yaml.safe_load((kwok_module / "kustomize" / "stage" / p).read_text()) for p in UPSTREAM_STAGES
