@@ -129,7 +129,9 @@ def measure(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         # HTTP and in-process alternate request by request, so both see the same machine load.
         for batch in (1, 64, 256):
-            x = normalise(images[:batch], torch.device("cpu")).contiguous(memory_format=torch.channels_last)
+            # What the server does with a UINT8 [N, 28, 28] request (trainer/serve/protocol.py).
+            pixels = images[:batch].reshape(batch, 1, 28, 28)
+            x = normalise(pixels).contiguous(memory_format=torch.channels_last)
             payload = body(images[:batch])
             count = args.requests if batch == 1 else args.rounds
             for _ in range(50 if batch == 1 else 2):
