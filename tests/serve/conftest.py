@@ -58,6 +58,20 @@ class ServeProcess:
             return response.status, json.loads(payload)
         raise AssertionError("unreachable")
 
+    def call_with_headers(
+        self, method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, Any]:
+        """One request with extra headers on a fresh connection; the status and the JSON body."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(
+                method, path, body=body, headers={"Content-Type": "application/octet-stream", **headers}
+            )
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
     def raw(self, request: bytes) -> tuple[int, Any]:
         """Send ``request`` bytes as they are on a fresh connection; the status and JSON body."""
         with socket_to(self.port) as sock:

@@ -75,7 +75,10 @@ def in_process(output_dir: Path, images: torch.Tensor) -> torch.Tensor:
 def test_health_and_metadata_follow_the_protocol(server: ServeProcess) -> None:
     assert server.call("GET", "/v2/health/live") == (200, {"live": True})
     assert server.call("GET", "/v2/health/ready") == (200, {"ready": True})
-    assert server.call("GET", "/v2") == (200, {"name": "trainer.serve", "version": "1", "extensions": []})
+    assert server.call("GET", "/v2") == (
+        200,
+        {"name": "trainer.serve", "version": "1", "extensions": ["binary_tensor_data"]},
+    )
     assert server.call("GET", "/v2/models/mnist/ready") == (200, {"name": "mnist", "ready": True})
     status, metadata = server.call("GET", "/v2/models/mnist")
     assert status == 200

@@ -21,6 +21,10 @@ from typing import Any
 
 from trainer.serve.config import ServeConfig
 
+# Where a tensor's raw bytes travel inside the server (the binary extension): the request's input dict
+# holds its bytes under this key; a response's body holds the output blobs in order, which the handler
+# sends after the JSON header. Never serialised.
+BINARY = "__binary__"
 INPUT_NAME = "images"
 OUTPUTS = ("probabilities", "labels")
 CLASSES = 10
@@ -71,51 +75,83 @@ class Model:
 
         if not isinstance(request, dict):
             raise HttpError(400, "the request body must be a JSON object")
-        wanted = requested_outputs(request.get("outputs"))
+        parameters = request.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise HttpError(400, "'parameters' must be an object")
+        wanted = requested_outputs(request.get("outputs"), bool(parameters.get("binary_data_output", False)))
         images = input_tensor(request.get("inputs"), self.config.max_batch)
         with torch.inference_mode():
             probabilities = torch.softmax(self.module(images), dim=1)
         rows = probabilities.shape[0]
-        tensors = {
-            "probabilities": {
-                "name": "probabilities",
-                "datatype": "FP32",
-                "shape": [rows, CLASSES],
-                "data": probabilities.reshape(-1).tolist(),
-            },
-            "labels": {
-                "name": "labels",
-                "datatype": "INT64",
-                "shape": [rows],
-                "data": probabilities.argmax(dim=1).tolist(),
-            },
-        }
+        values = {"probabilities": probabilities.reshape(-1), "labels": probabilities.argmax(dim=1)}
+        shapes = {"probabilities": [rows, CLASSES], "labels": [rows]}
+        datatypes = {"probabilities": "FP32", "labels": "INT64"}
+        outputs, blobs = [], []
+        for name, binary in wanted:
+            tensor: dict[str, Any] = {"name": name, "datatype": datatypes[name], "shape": shapes[name]}
+            if binary:  # little-endian raw bytes, as the extension defines (torch is little-endian here)
+                blob = values[name].contiguous().numpy().tobytes()
+                tensor["parameters"] = {"binary_data_size": len(blob)}
+                blobs.append(blob)
+            else:
+                tensor["data"] = values[name].tolist()
+            outputs.append(tensor)
         request_id = request.get("id")
-        return {
+        response = {
             "model_name": self.config.model_name,
             "model_version": self.config.model_version,
             "id": request_id if isinstance(request_id, str) else str(uuid.uuid4()),
-            "outputs": [tensors[name] for name in wanted],
+            "outputs": outputs,
         }
+        return {**response, BINARY: blobs} if blobs else response
 
 
-def requested_outputs(outputs: Any) -> list[str]:
-    if outputs is None:
-        return list(OUTPUTS)
+def requested_outputs(outputs: Any, binary_default: bool = False) -> list[tuple[str, bool]]:
+    """The outputs to return, in order, each with whether it goes back as binary data (the request's
+    `binary_data_output`, unless the output's own `parameters.binary_data` says otherwise)."""
+    if outputs is None or outputs == []:
+        return [(name, binary_default) for name in OUTPUTS]
     if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
         raise HttpError(400, "'outputs' must be a list of objects with a 'name'")
-    names = [o.get("name") for o in outputs]
-    for name in names:
+    wanted = []
+    for output in outputs:
+        name = output.get("name")
         if name not in OUTPUTS:
             raise HttpError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
-    return names or list(OUTPUTS)
+        parameters = output.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise HttpError(400, f"output {name!r}: 'parameters' must be an object")
+        wanted.append((name, bool(parameters.get("binary_data", binary_default))))
+    return wanted
+
+
+def attach_binary_inputs(request: Any, data: bytes) -> Any:
+    """The binary extension: each input whose `parameters.binary_data_size` is set gets its slice of
+    `data` (the bytes after the JSON header), in the inputs' order; the sizes must add up to `data`."""
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        return request  # input_tensor names what is wrong
+    offset = 0
+    for tensor in request["inputs"]:
+        if not isinstance(tensor, dict):
+            continue
+        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            continue
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(data):
+            raise HttpError(
+                400,
+                f"input {tensor.get('name')!r}: binary_data_size {size!r} does not fit the "
+                f"{len(data) - offset} bytes of binary data left",
+            )
+        tensor[BINARY] = data[offset : offset + size]
+        offset += size
+    if offset != len(data):
+        raise HttpError(400, f"{len(data) - offset} bytes of binary data follow the inputs that claim any")
+    return request
 
 
 def input_tensor(inputs: Any, max_batch: int) -> Any:
     """The one input as the model's float32 ``[N, 1, 28, 28]`` channels-last batch."""
-    import torch
-
-    from trainer.data import normalise
 
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise HttpError(400, f"'inputs' must be a list of exactly one input, {INPUT_NAME!r}")
@@ -138,12 +174,24 @@ def input_tensor(inputs: Any, max_batch: int) -> Any:
     batch = shape[0]
     if batch > max_batch:
         raise HttpError(400, f"input {INPUT_NAME!r}: batch of {batch} is over the limit of {max_batch}")
+    count = batch * math.prod(image_shape)
+    raw = tensor.get(BINARY)
+    if raw is not None:
+        if tensor.get("data") is not None:
+            raise HttpError(400, f"input {INPUT_NAME!r}: both 'data' and binary data given")
+        itemsize = array(typecode).itemsize
+        if len(raw) != count * itemsize:
+            raise HttpError(
+                400,
+                f"input {INPUT_NAME!r}: {len(raw)} bytes of binary data for shape {shape} "
+                f"(needs {count * itemsize}: {count} x {datatype})",
+            )
+        return _images(bytearray(raw), datatype, batch)
     data = tensor.get("data")
     if not isinstance(data, list):
         raise HttpError(400, f"input {INPUT_NAME!r}: 'data' must be a list of numbers")
     if data and isinstance(data[0], list):
         data = flatten(data)
-    count = batch * math.prod(image_shape)
     if len(data) != count:
         raise HttpError(400, f"input {INPUT_NAME!r}: {len(data)} values for shape {shape} (needs {count})")
     try:
@@ -151,6 +199,15 @@ def input_tensor(inputs: Any, max_batch: int) -> Any:
     except (TypeError, OverflowError):
         kind = "integers 0-255" if datatype == "UINT8" else "numbers"
         raise HttpError(400, f"input {INPUT_NAME!r}: {datatype} data must be {kind}") from None
+    return _images(values, datatype, batch)
+
+
+def _images(values: Any, datatype: str, batch: int) -> Any:
+    """The model's batch from a buffer of `datatype` values (little-endian)."""
+    import torch
+
+    from trainer.data import normalise
+
     if datatype == "UINT8":
         # The trainer's own normalisation, so served predictions are its evaluation's.
         images = normalise(torch.frombuffer(values, dtype=torch.uint8).reshape(batch, 1, 28, 28))

@@ -15,8 +15,16 @@ a batch over ``--max-batch``, an unknown output; 404 unknown path, model or vers
 method; 408 a body not sent within ``--request-timeout``; 411 no Content-Length; 413 a
 Content-Length over ``--max-body-bytes`` (refused before the body is read, and before ``100
 Continue`` when the client asks; the connection is then closed); 503 the model is not ready yet; 500
-a bug (logged on the server, never sent). The binary tensor extension
-(``Inference-Header-Content-Length``) is not supported (400).
+a bug (logged on the server, never sent).
+
+The binary tensor data extension (what tritonclient and KServe's client send by default): a request
+with ``Inference-Header-Content-Length: N`` is N bytes of JSON followed by each input's raw
+little-endian data, in the inputs' order, each input naming its size in
+``parameters.binary_data_size``; outputs come back raw too when the request asks
+(``parameters.binary_data_output`` for all, an output's ``parameters.binary_data`` for one), with the
+response's own ``Inference-Header-Content-Length`` and ``Content-Type: application/octet-stream``.
+The whole body counts against ``--max-body-bytes``; a header length or sizes that do not add up to the
+body are a 400 like any malformed request.
 """
 
 from __future__ import annotations
@@ -31,9 +39,10 @@ from typing import Any
 
 from trainer.errors import TrainerError, write_line
 from trainer.serve.config import DEFAULT_REQUEST_TIMEOUT_S, PROG, SERVER_NAME, SERVER_VERSION, ServeConfig
-from trainer.serve.protocol import HttpError, Model
+from trainer.serve.protocol import BINARY, HttpError, Model, attach_binary_inputs
 
 EXIT_LISTEN = 8
+EXTENSIONS = ["binary_tensor_data"]
 
 
 class ServeError(TrainerError):
@@ -120,7 +129,7 @@ class Handler(BaseHTTPRequestHandler):
         if rest in ([], ["health", "live"], ["health", "ready"]):
             self.only(method, "GET")
             if not rest:
-                return 200, {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": []}
+                return 200, {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
             if rest[1] == "live":
                 return 200, {"live": True}
             return (200 if model.ready else 503), {"ready": model.ready}
@@ -146,7 +155,7 @@ class Handler(BaseHTTPRequestHandler):
             return (200 if model.ready else 503), {"name": name, "ready": model.ready}
         if tail == ["infer"]:
             self.only(method, "POST")
-            request = self.read_json()
+            request = self.read_request()
             if not model.ready:
                 raise HttpError(503, f"model {name!r} is not ready yet (loading {model.config.model_uri})")
             return 200, model.infer(request)
@@ -157,11 +166,20 @@ class Handler(BaseHTTPRequestHandler):
             self.allow = allowed
             raise HttpError(405, f"{method} is not allowed on {self.path}; use {allowed}")
 
-    def read_json(self) -> Any:
-        """The request body as JSON; the size is checked from Content-Length before reading."""
-        if self.headers.get("Inference-Header-Content-Length") is not None:
-            self.close_connection = True  # the body is left unread
-            raise HttpError(400, "the binary tensor data extension is not supported; send JSON data")
+    def read_request(self) -> Any:
+        """The inference request: JSON, or with the binary extension its JSON header with each binary
+        input's bytes attached to it (`protocol.BINARY`)."""
+        header = self.headers.get("Inference-Header-Content-Length")
+        body = self.read_body()
+        if header is None:
+            return parse_json(body)
+        if not header.strip().isdigit() or int(header) > len(body):
+            where = f"within the {len(body)}-byte body"
+            raise HttpError(400, f"Inference-Header-Content-Length {header!r} is not a length {where}")
+        return attach_binary_inputs(parse_json(body[: int(header)]), body[int(header) :])
+
+    def read_body(self) -> bytes:
+        """The request body; the size is checked from Content-Length before reading."""
         if self.headers.get("Transfer-Encoding") is not None or self.headers.get("Content-Length") is None:
             self.close_connection = True
             raise HttpError(411, "a Content-Length header is required (no chunked bodies)")
@@ -186,18 +204,20 @@ class Handler(BaseHTTPRequestHandler):
         if len(body) != length:
             self.close_connection = True
             raise HttpError(400, f"request body ended after {len(body)} of {length} bytes")
-        try:
-            return json.loads(body)
-        except (ValueError, RecursionError) as error:
-            raise HttpError(400, f"request body is not valid JSON ({error})") from None
+        return body
 
     def reply(self, status: int, body: dict[str, Any]) -> None:
+        blobs: list[bytes] = body.pop(BINARY, None) or []
         payload = json.dumps(body, separators=(",", ":")).encode()
+        content_type = "application/octet-stream" if blobs else "application/json"
         head = [
             f"{self.protocol_version} {status} {self.responses.get(status, ('',))[0]}",
-            "Content-Type: application/json",
-            f"Content-Length: {len(payload)}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(payload) + sum(len(b) for b in blobs)}",
         ]
+        if blobs:
+            head.append(f"Inference-Header-Content-Length: {len(payload)}")
+            payload += b"".join(blobs)
         if getattr(self, "allow", None):
             head.append(f"Allow: {self.allow}")
         if self.close_connection:
@@ -205,6 +225,13 @@ class Handler(BaseHTTPRequestHandler):
         self.log_request(status)
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
         self.allow = ""
+
+
+def parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise HttpError(400, f"request body is not valid JSON ({error})") from None
 
 
 class Server(ThreadingHTTPServer):
