@@ -35,7 +35,9 @@ def test_bench_serve_runs_at_its_smallest_size(tmp_path):
     for key in (
         "http_b1_p50_ms",
         "inprocess_b1_p50_ms",
+        "binary_b1_p50_ms",
         "http_b256_images_per_s",
+        "binary_b256_images_per_s",
         "inprocess_b256_images_per_s",
     ):
         assert results[key] > 0, key
