@@ -116,7 +116,18 @@ def server_args(settings: Settings, names: JobNames) -> list[str]:
         f"--model-version={settings.job_run_id}",
         f"--port={settings.serve_port}",
         f"--max-batch={settings.serve_max_batch}",
+        f"--drain-seconds={settings.serve_drain_seconds}",
     ]
+
+
+# What a stopping server needs after its drain: the requests it already received answered (at most
+# trainer/serve/cli.py DRAIN_TIMEOUT_S, 20 s), and a margin.
+STOP_AFTER_DRAIN_S = 30
+
+
+def termination_grace_seconds(settings: Settings) -> int:
+    """The server pod's grace period between SIGTERM and SIGKILL: its drain, then its stop."""
+    return settings.serve_drain_seconds + STOP_AFTER_DRAIN_S
 
 
 def server_labels(settings: Settings, serve: ServeNames) -> dict[str, str]:
@@ -324,6 +335,7 @@ class ModelServer(pulumi.ComponentResource):
             "automount_service_account_token": False,
             "enable_service_links": False,
             "security_context": pod_security(settings),
+            "termination_grace_period_seconds": termination_grace_seconds(settings),
         }
 
     def _deployment(
@@ -405,6 +417,7 @@ class ModelServer(pulumi.ComponentResource):
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
             "securityContext": pod["security_context"],
+            "terminationGracePeriodSeconds": pod["termination_grace_period_seconds"],
         }
         annotations = {
             DEPLOYMENT_MODE: "Standard",

@@ -18,7 +18,7 @@ from infra.offline.manifest import RecordingMocks, run_program, to_yaml
 from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
 from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.kserve import CONFIG_MAP, standard_mode
-from infra.program.serving import WAIT_ANNOTATIONS, predictor_outcome
+from infra.program.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.training_operator import CRD_TYPE
 from policy import guardrails as g
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
@@ -75,6 +75,7 @@ def test_a_deployment_and_service_serve_the_runs_checkpoint_read_only():
         "--model-version=r1",
         "--port=8080",
         "--max-batch=256",
+        "--drain-seconds=5",
     ]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
@@ -512,3 +513,18 @@ def test_the_example_stacks_serve_each_way():
     assert load_stack("gke-gpu").values["ddp-mnist:serveKind"] == "kserve"
     assert load_stack("eks-gpu").values["ddp-mnist:serveKind"] == "deployment"
     assert load_stack("gke-platform").values["ddp-mnist:kserveInstall"] in ("true", True)
+
+
+@pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE], ids=["deployment", "kserve"])
+def test_a_stopping_server_drains_within_its_pods_grace_period(values):
+    """The server keeps answering `serveDrainSeconds` after SIGTERM, then needs at most the time it
+    gives requests in flight (trainer/serve/cli.py DRAIN_TIMEOUT_S): the pod's grace covers both."""
+    from trainer.serve.cli import DRAIN_TIMEOUT_S
+
+    rendering = render_config({**values, "serveDrainSeconds": 12})
+    view = cluster_view(rendering.objects, rendering.settings)
+    (pod, *_) = [p for p in view.admission.pods if p.role == "Replica"]
+    (container,) = pod.manifest["spec"]["containers"]
+    assert "--drain-seconds=12" in container["args"]
+    grace = pod.manifest["spec"]["terminationGracePeriodSeconds"]
+    assert grace == 12 + STOP_AFTER_DRAIN_S and STOP_AFTER_DRAIN_S > DRAIN_TIMEOUT_S

@@ -65,8 +65,8 @@ def model_b(model_a: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _plan(model: Path, version: str) -> ServerPlan:
-    argv = [sys.executable, "-m", "trainer.serve", f"--model-uri={model}", "--model-name=mnist"]
+def _plan(model: Path, version: str, *flags: str) -> ServerPlan:
+    argv = [sys.executable, "-m", "trainer.serve", f"--model-uri={model}", "--model-name=mnist", *flags]
     env = {**subprocess_env(), "OMP_NUM_THREADS": "1"}
     return ServerPlan(f"mnist-serve-{version}-0", [*argv, f"--model-version={version}"], env, version)
 
@@ -136,6 +136,9 @@ def test_a_model_failing_its_checksum_is_never_ready_and_fails_the_run_in_one_li
 
 
 def test_rollout_to_a_new_model_never_leaves_the_service_without_a_ready_server(model_a, model_b, tmp_path):
+    """Under continuous load, through the Service stand-in that loses a pod's endpoint only
+    ENDPOINT_LAG_S after the pod got SIGTERM (as kube-proxy does): no request fails, since the
+    stopping server keeps answering for its drain period."""
     images, _ = load_test_set(SHARED_MNIST)
     body = infer_body(images[: 4 * 784])
     failures: list[str] = []
@@ -149,8 +152,6 @@ def test_rollout_to_a_new_model_never_leaves_the_service_without_a_ready_server(
         def client() -> None:
             while not stop.is_set():
                 try:
-                    with urllib.request.urlopen(service.url + "/v2/health/ready", timeout=30) as ready:
-                        assert ready.status == 200
                     with urllib.request.urlopen(service.url + "/v2/models/mnist", timeout=30) as meta:
                         version = json.loads(meta.read())["versions"][0]
                     request = urllib.request.Request(

@@ -520,11 +520,12 @@ def test_a_body_that_never_comes_gets_408_and_the_server_goes_on(trained: Path) 
 
 
 def test_a_request_received_before_sigterm_is_answered_before_the_server_exits(trained: Path) -> None:
-    """A rollout or a deletion sends SIGTERM while requests are in flight: the server takes no new
-    connection but answers the request it is reading (its body still arriving) and only then exits 0."""
+    """A rollout or a deletion sends SIGTERM while requests are in flight: once its drain period is
+    over (none here) the server takes no new connection but answers the request it is reading (its
+    body still arriving) and only then exits 0."""
     images, _ = test_images()
     body = json.dumps(uint8_request(images[:2])).encode()
-    server = start_server(str(trained))
+    server = start_server(str(trained), "--drain-seconds=0")
     try:
         wait_ready(server)
         with socket_to(server.port) as sock:
@@ -547,6 +548,32 @@ def test_a_request_received_before_sigterm_is_answered_before_the_server_exits(t
         answer = json.loads(reply.partition(b"\r\n\r\n")[2])
         labels = next(output for output in answer["outputs"] if output["name"] == "labels")
         assert status == 200 and len(labels["data"]) == 2, answer
+    finally:
+        code, _, err = server.stop()
+    assert code == 0 and err == "", err
+
+
+def test_after_sigterm_it_reports_not_ready_but_answers_new_connections_until_the_drain_ends(
+    trained: Path,
+) -> None:
+    """The pod's endpoint leaves every kube-proxy only some time after SIGTERM: meanwhile readiness is
+    503 (no new traffic is routed to it) yet new connections and inference are still answered; after
+    `--drain-seconds` it stops accepting and exits 0."""
+    images, _ = test_images()
+    server = start_server(str(trained), "--drain-seconds=3")
+    try:
+        wait_ready(server)
+        server.process.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        wait_until(lambda: server.call("GET", "/v2/health/ready")[0] == 503, "not ready", server.process, 2)
+        for _ in range(3):
+            server.connection = None  # a new connection each time: accepted while draining
+            status, reply = server.call("POST", INFER, uint8_request(images[:2]))
+            assert status == 200 and len(reply["outputs"][1]["data"]) == 2, reply
+            assert server.call("GET", "/v2/models/mnist/ready") == (503, {"name": "mnist", "ready": False})
+            time.sleep(0.3)
+        assert server.process.wait(30) == 0
+        assert time.monotonic() - signalled >= 3
     finally:
         code, _, err = server.stop()
     assert code == 0 and err == "", err

@@ -5,12 +5,18 @@ Usage (the serving pods run exactly this, in the trainer image)::
     python -m trainer.serve --model-uri URI [--model-name mnist] [--model-version RUN_ID]
                             [--host 0.0.0.0] [--port 8080] [--max-batch 256]
                             [--max-body-bytes 16777216] [--request-timeout 120] [--threads 0]
+                            [--drain-seconds 5]
 
 ``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
 model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, as for the trainer) or a directory
 holding model.pt and SHA256SUMS, e.g. a run's output directory on the checkpoint volume mounted
 read-only at ``/checkpoints/<job>`` (the trainer writes a SHA256SUMS of model.pt beside it).
+
+Stop (SIGTERM: the pod deleted or replaced by a rollout): readiness turns 503 at once, yet for
+``--drain-seconds`` the server keeps accepting and answering, since the pod's endpoint reaches every
+node's kube-proxy only some time after the signal; then it stops accepting, answers the requests it
+has received and exits 0 (SIGINT stops it without the drain).
 
 Start-up: the port opens first (live, not ready) and the model loads in the background, so a
 readiness probe keeps the pod out of rotation until the checksum is verified. When the model is
@@ -42,6 +48,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, NoReturn
 
 from trainer.errors import (
@@ -54,6 +61,7 @@ from trainer.errors import (
     write_line,
 )
 from trainer.serve.config import (
+    DEFAULT_DRAIN_S,
     DEFAULT_MAX_BATCH,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_PORT,
@@ -145,6 +153,12 @@ def build_parser() -> OneLineParser:
     parser.add_argument(
         "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
     )
+    parser.add_argument(
+        "--drain-seconds",
+        type=non_negative,
+        default=DEFAULT_DRAIN_S,
+        help="after SIGTERM: seconds it reports not-ready but keeps answering, before it stops accepting",
+    )
     return parser
 
 
@@ -166,6 +180,7 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
         max_body_bytes=args.max_body_bytes,
         threads=args.threads,
         request_timeout=args.request_timeout,
+        drain_seconds=args.drain_seconds,
     )
 
 
@@ -217,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     outcome: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
+        if signum == signal.SIGTERM and not outcome:
+            model.draining.set()  # readiness 503 at once; inference still answered while draining
         outcome.append(0)
         stop.set()
 
@@ -226,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=load, args=(model, address, stop, outcome), name="load", daemon=True).start()
     while not stop.wait(0.5):
         pass
+    if model.draining.is_set() and model.loaded.is_set():
+        # The pod's endpoint is being removed; until every kube-proxy knows, new connections still
+        # come: keep accepting and answering them (a second SIGTERM or SIGINT does not cut this short).
+        time.sleep(config.drain_seconds)
     server.shutdown()
     server.socket.close()  # new connections are refused; the requests already received are answered
     left = server.drain(DRAIN_TIMEOUT_S)

@@ -13,6 +13,9 @@ DEFAULT_PORT = 8080
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_BODY_BYTES = 16 << 20
 DEFAULT_REQUEST_TIMEOUT_S = 120
+# Seconds a stopping server (SIGTERM: its pod deleted or replaced) keeps answering after it turned
+# not-ready: the endpoint's removal reaches every node's kube-proxy some time after the signal.
+DEFAULT_DRAIN_S = 5
 SERVER_NAME = "trainer.serve"
 SERVER_VERSION = "1"
 
@@ -28,3 +31,4 @@ class ServeConfig:
     max_body_bytes: int
     threads: int
     request_timeout: int = DEFAULT_REQUEST_TIMEOUT_S
+    drain_seconds: int = DEFAULT_DRAIN_S

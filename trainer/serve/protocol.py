@@ -52,10 +52,12 @@ class Model:
     module: Any = None
     sha256: str = ""
     loaded: threading.Event = field(default_factory=threading.Event)
+    draining: threading.Event = field(default_factory=threading.Event)
 
     @property
     def ready(self) -> bool:
-        return self.loaded.is_set()
+        """Loaded and verified, and not stopping (a draining server still answers inference)."""
+        return self.loaded.is_set() and not self.draining.is_set()
 
     def metadata(self) -> dict[str, Any]:
         return {

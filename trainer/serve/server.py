@@ -156,7 +156,7 @@ class Handler(BaseHTTPRequestHandler):
         if tail == ["infer"]:
             self.only(method, "POST")
             request = self.read_request()
-            if not model.ready:
+            if not model.loaded.is_set():  # a draining server (not ready) still answers
                 raise HttpError(503, f"model {name!r} is not ready yet (loading {model.config.model_uri})")
             return 200, model.infer(request)
         raise HttpError(404, f"no such path {path!r}")

@@ -152,24 +152,34 @@ class ServerPod:
         self.stop()
         raise ServeFailed(f"server pod {self.plan.name} not Ready on {READY_PATH} within {timeout:.0f}s")
 
-    def stop(self, grace: float = 30) -> int:
-        """SIGTERM, as the kubelet sends on deletion; SIGKILL after the grace period."""
+    def terminate(self) -> None:
+        """SIGTERM, as the kubelet sends when the pod is deleted."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+
+    def stop(self, grace: float = 30) -> int:
+        """SIGTERM (unless sent already); SIGKILL after the grace period; the exit code."""
+        self.terminate()
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         self.reader.join(5)
         return self.proc.returncode
 
 
+# How late a deleted pod's endpoint leaves the local Service after the pod got SIGTERM: in a cluster the
+# kubelet signals the pod while the endpoint's removal travels through the EndpointSlice controller to
+# every node's kube-proxy, so new connections keep arriving for a while after the signal.
+ENDPOINT_LAG_S = 1.0
+
+
 class LocalService:
     """A Service stand-in: an HTTP proxy on a fixed loopback port, forwarding each request to one of the
-    Ready backends (round robin); 503 when it has none. As with a Service's endpoints, a backend taken
-    out stops getting new requests, while the requests already sent to it are answered by it: `remove`
-    returns once they are, so the pod is stopped only then."""
+    Ready backends (round robin); 503 when it has none. As with a Service's endpoints (kube-proxy), a
+    backend taken out stops getting new requests, while the requests already sent to it are answered
+    by it: `remove` returns once they are."""
 
     def __init__(self, port: int) -> None:
         self.backends: list[str] = []
@@ -304,6 +314,10 @@ class LocalDeployment:
             self._retire(pod)
 
     def _retire(self, pod: ServerPod) -> None:
+        """As a deleted pod goes: SIGTERM first, its endpoint leaves the Service `ENDPOINT_LAG_S` later
+        (requests sent meanwhile still reach it), then the process gets its grace period to exit."""
+        pod.terminate()
+        time.sleep(ENDPOINT_LAG_S)
         self.service.remove(pod)
         self.pods.remove(pod)
         code = pod.stop()

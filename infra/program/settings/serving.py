@@ -49,6 +49,15 @@ class ServingSettings(SettingsGroup):
         "serveMemoryRequest", "512Mi", "Memory request per server pod (a quantity)."
     )
     serve_memory_limit: str = key("serveMemoryLimit", "1Gi", "Memory limit per server pod (a quantity).")
+    serve_drain_seconds: int = key(
+        "serveDrainSeconds",
+        5,
+        "Seconds a stopping server pod (deleted, or replaced by a rollout) keeps answering after it "
+        "turned not-ready, while its endpoint's removal reaches every node; the pod's grace period "
+        "covers it.",
+        ge=0,
+        le=120,
+    )
     serve_ingress_namespaces: list[str] = key(
         "serveIngressNamespaces",
         [],
