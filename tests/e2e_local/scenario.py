@@ -79,13 +79,20 @@ def slow_ready_pods(name: str, namespace: str, labels: dict[str, str], delay_s: 
 
 
 def wait_for_failed_pod(namespace: str, exit_code: int, timeout_s: float = 120) -> str | None:
-    """The name of the first pod of `namespace` that ended with `exit_code`, once there is one."""
+    """The name of the first pod of `namespace` that ended with `exit_code`, once there is one: seen
+    in its status, or, since the training operator deletes a pod it retries (restart policy
+    ExitCode) at once, in the operator's event about it (v1.9.4 `pkg/controller.v1/common/pod.go`:
+    reason ExitedWithCode, "Pod: <namespace>.<name> exited with code <code>")."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for pod in live.items("pod", namespace):
             for status in pod.get("status", {}).get("containerStatuses", []):
                 if status.get("state", {}).get("terminated", {}).get("exitCode") == exit_code:
                     return str(pod["metadata"]["name"])
+        for event in live.events(namespace):
+            message = str(event.get("message", ""))
+            if event.get("reason") == "ExitedWithCode" and message.endswith(f"exited with code {exit_code}"):
+                return message.split(" ", 2)[1].split(".", 1)[1]
         time.sleep(1)
     return None
 
