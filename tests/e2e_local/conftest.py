@@ -1,7 +1,7 @@
 """The local cluster tier's session: the real parts built (or found built), a cluster started on
 127.0.0.1, the real Pulumi CLI with the Kubernetes provider plugin at the SDK's version, a file backend.
 
-Without Go, kubectl or openssl the tier stops before it collects anything, with one line (pytest's usage
+Without Go, kubectl, openssl or unshare the tier stops before it collects anything, with one line (pytest's usage
 error, exit 4); a part that fails to build stops it the same way. Nothing is skipped.
 """
 
@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ("go", "it builds the real parts"),
         ("kubectl", "the tier reads live objects with it"),
         ("openssl", "it makes the cluster's certificates"),
+        ("unshare", "each operator runs in a mount namespace of its own (util-linux)"),
     ):
         if shutil.which(tool) is None:
             raise pytest.UsageError(f"e2e-local: no {tool} on PATH ({why})")
