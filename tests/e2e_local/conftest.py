@@ -1,8 +1,8 @@
 """The local cluster tier's session: the real parts built (or found built), a cluster started on
 127.0.0.1, the real Pulumi CLI with the Kubernetes provider plugin at the SDK's version, a file backend.
 
-Without Go, kubectl, openssl or unshare the tier stops before it collects anything, with one line (pytest's usage
-error, exit 4); a part that fails to build stops it the same way. Nothing is skipped.
+Without Go, kubectl, openssl or unshare the tier stops before it collects anything, with one line
+(pytest's usage error, exit 4); a part that fails to build stops it the same way. Nothing is skipped.
 """
 
 from __future__ import annotations
