@@ -26,6 +26,17 @@ from trainer.serve.config import ServeConfig
 # sends after the JSON header. Never serialised.
 BINARY = "__binary__"
 INPUT_NAME = "images"
+PLATFORM = ""
+# The Open Inference Protocol's allowed platform names (specification/protocol/inference_rest.md).
+PLATFORMS = (
+    "tensorrt_plan",
+    "tensorflow_graphdef",
+    "tensorflow_savedmodel",
+    "onnx_onnxv1",
+    "pytorch_torchscript",
+    "mxnet_mxnet",
+    "caffe2_netdef",
+)
 OUTPUTS = ("probabilities", "labels")
 CLASSES = 10
 # The accepted input layouts: datatype -> (shape after the batch dimension, array typecode).
@@ -63,7 +74,11 @@ class Model:
         return {
             "name": self.config.model_name,
             "versions": [self.config.model_version],
-            "platform": "pytorch",
+            # The protocol's platform names ("<project>_<format>", inference_rest.md "Platforms") list
+            # pytorch_torchscript but nothing for a state_dict loaded into an eager module, which is
+            # what this serves; KServe's own model server answers "" for such models (kserve 0.16.0
+            # `kserve/protocol/dataplane.py`, model_metadata). The field is information only.
+            "platform": PLATFORM,
             "inputs": [{"name": INPUT_NAME, "datatype": "UINT8", "shape": [-1, 28, 28]}],
             "outputs": [
                 {"name": "probabilities", "datatype": "FP32", "shape": [-1, CLASSES]},
