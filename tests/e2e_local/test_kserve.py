@@ -11,12 +11,15 @@ its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py)
     a new predictor template; a second `up` and a preview after `refresh` change nothing;
 15. a change of a wait setting touches no server pod (KServe copies no `pulumi.com/*` annotation onto
     them); a new run whose server pod takes 20 s to become ready: `up` returns only once every replica
-    serves the new model (the predictor Deployment's rollout complete, no pod of the old template).
+    serves the new model (the predictor Deployment's rollout complete, no pod of the old template);
+16. (opt-in, `E2E_LOCAL_SLOW=1`: it waits out KServe's 600-s rollout deadline) a model version whose
+    pod never becomes ready fails `up` with one line; the old pod still serves.
 """
 
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -148,3 +151,30 @@ def test_15_up_returns_once_the_new_model_serves_and_a_wait_setting_restarts_not
     assert status["observedGeneration"] == rolled["metadata"]["generation"]
     assert status.get("updatedReplicas") == status.get("availableReplicas") == replicas, status
     assert status.get("replicas") == replicas, status  # no pod of the old template counted
+
+
+@pytest.mark.skipif(
+    os.environ.get("E2E_LOCAL_SLOW") != "1",
+    reason="waits out KServe's fixed 600-s rollout deadline; run with E2E_LOCAL_SLOW=1",
+)
+def test_16_a_model_version_that_never_serves_fails_up_with_one_line_and_the_old_one_serves(
+    served: dict,
+) -> None:
+    """The new server pod never becomes ready: KServe v0.20.0 gives its predictor Deployment a
+    600-s progress deadline, after which `PredictorReady` reads ProgressDeadlineExceeded; the wait
+    ends there and `up` fails with one line. The old pod still serves."""
+    stack: auto.Stack = served["stack"]
+    (isvc,) = live.items("inferenceservice", NAMESPACE)
+    name = isvc["metadata"]["name"]
+    assert int(served["config"].get("ddp-mnist:serveWaitTimeoutSeconds", "600")) > 600
+    served["config"] = {**served["config"], "ddp-mnist:jobRunId": "r4"}
+    set_config(stack, served["config"])
+    pods = {"serving.kserve.io/inferenceservice": name}
+    with scenario.slow_ready_pods("model-never-loads", NAMESPACE, pods, 3600):
+        with pytest.raises(auto.CommandError) as failed:
+            stack.up(on_output=print, show_secrets=False)
+        deployment = live.get("deployment", f"{name}-predictor", NAMESPACE)
+    lines = judge.messages(str(failed.value), rf"InferenceService {name}: model version r4 did not")
+    assert len(lines) == 1, str(failed.value)[-3000:]
+    assert "(ProgressDeadlineExceeded)" in lines[0] and f"logs deployment/{name}-predictor" in lines[0]
+    assert deployment["status"].get("availableReplicas", 0) >= 1  # the old pod answers meanwhile
