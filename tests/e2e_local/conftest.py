@@ -20,7 +20,7 @@ from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario
 
-KEEP = os.environ.get("E2E_KEEP") == "1"
+KEEP = scenario.KEEP
 # What `engine_environment` sets in this process, restored when the session ends.
 ENGINE_KEYS = (
     "KUBECONFIG",

@@ -9,6 +9,7 @@ takes the operator's overlay from the training-operator module the tier built: n
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -22,9 +23,11 @@ from infra.offline.realcluster.build import module_dir
 from infra.offline.realcluster.parts import PARTS
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
+from tests.e2e.stacks import job_config
 from tests.e2e.stacks import platform_config as e2e_platform_config
 
 IMAGE = "ghcr.io/ddp-mnist/trainer@sha256:" + "5" * 64
+KEEP = os.environ.get("E2E_KEEP") == "1"  # leave every stack and namespace for a look
 KEYS = ("local-access-key", "local-secret-key-0123456789")
 STAGES = "/apis/kwok.x-k8s.io/v1alpha1/stages"
 PLACEHOLDER = re.compile(r"<[a-z-]+>")
@@ -40,6 +43,20 @@ def update_platform(platform: dict, extra: dict[str, str]) -> auto.UpResult:
     platform["config"] = {**platform.get("config", platform_config()), **extra}
     set_config(platform["stack"], platform["config"])
     return platform["stack"].up(on_output=print, show_secrets=False)
+
+
+def job_stack(backend: Backend, name: str, namespace: str, **overrides: str) -> Iterator[dict]:
+    """A module's job stack (the dev stack's twin, `overrides` by key name) in `namespace`, as
+    {"stack", "config"}; destroyed after the module with its namespace (what a destroy keeps goes
+    with it) unless E2E_KEEP=1. Use with `yield from` in a fixture."""
+    config = job_config(
+        IMAGE, *KEYS, namespace=namespace, storageClassName=f"ddp-mnist-nfs-{name}", **overrides
+    )
+    created = stack(backend, f"local-{name}", config)
+    yield {"stack": created, "config": config}
+    if not KEEP:
+        created.destroy(on_output=print)
+        live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
 
 
 def stack(backend: Backend, name: str, config: dict[str, str]) -> auto.Stack:

@@ -29,9 +29,7 @@ from infra.offline.realcluster import sources
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
 from tests.e2e.project import Backend, set_config
-from tests.e2e.stacks import job_config
 from tests.e2e_local import scenario
-from tests.e2e_local.conftest import KEEP
 
 pytestmark = pytest.mark.e2e_local
 
@@ -51,19 +49,7 @@ def with_kserve(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 @pytest.fixture(scope="module")
 def served(backend: Backend, with_kserve: dict) -> Iterator[dict]:
-    config = job_config(
-        scenario.IMAGE,
-        *scenario.KEYS,
-        namespace=NAMESPACE,
-        storageClassName="ddp-mnist-nfs-kserve",
-        serveKind="kserve",
-        kservePresent="true",
-    )
-    stack = scenario.stack(backend, "local-kserve", config)
-    yield {"stack": stack, "config": config}
-    if not KEEP:
-        stack.destroy(on_output=print)
-        live.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+    yield from scenario.job_stack(backend, "kserve", NAMESPACE, serveKind="kserve", kservePresent="true")
 
 
 def _ready(isvc: dict) -> bool:

@@ -21,9 +21,7 @@ from infra.offline.realcluster import sources
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
 from tests.e2e.project import Backend
-from tests.e2e.stacks import job_config
 from tests.e2e_local import scenario
-from tests.e2e_local.conftest import KEEP
 
 pytestmark = pytest.mark.e2e_local
 
@@ -51,19 +49,7 @@ def platform_v2(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dic
 
 @pytest.fixture(scope="module")
 def trainjob(backend: Backend, platform_v2: dict) -> Iterator[dict]:
-    config = job_config(
-        scenario.IMAGE,
-        *scenario.KEYS,
-        namespace=NAMESPACE,
-        storageClassName="ddp-mnist-nfs-trainjob",
-        jobKind="trainjob",
-        trainerPresent="true",
-    )
-    stack = scenario.stack(backend, "local-trainjob", config)
-    yield {"stack": stack, "config": config}
-    if not KEEP:
-        stack.destroy(on_output=print)
-        live.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+    yield from scenario.job_stack(backend, "trainjob", NAMESPACE, jobKind="trainjob", trainerPresent="true")
 
 
 def test_11_a_platform_stack_installs_trainer_v2_and_jobset(platform_v2: dict) -> None:

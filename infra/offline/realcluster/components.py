@@ -118,7 +118,9 @@ def kube_apiserver(binary: Path, pki: Path, etcd_port: int, port: int, egress: P
     ]
 
 
-def kube_controller_manager(binary: Path, pki: Path, kubeconfig: Path, port: int) -> list[str]:
+def _serving_component(binary: Path, kubeconfig: Path, port: int) -> list[str]:
+    """What the controller manager and the scheduler share: the admin kubeconfig for their API calls
+    and for authenticating and authorizing their own secure port, on 127.0.0.1, no leader election."""
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -127,27 +129,24 @@ def kube_controller_manager(binary: Path, pki: Path, kubeconfig: Path, port: int
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         "--leader-elect=false",
+        "--profiling=false",
+    ]
+
+
+def kube_controller_manager(binary: Path, pki: Path, kubeconfig: Path, port: int) -> list[str]:
+    return [
+        *_serving_component(binary, kubeconfig, port),
         f"--root-ca-file={pki / 'ca.crt'}",
         f"--service-account-private-key-file={pki / 'sa.key'}",
         f"--cluster-signing-cert-file={pki / 'ca.crt'}",
         f"--cluster-signing-key-file={pki / 'ca.key'}",
         "--use-service-account-credentials=false",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--profiling=false",
     ]
 
 
 def kube_scheduler(binary: Path, kubeconfig: Path, port: int) -> list[str]:
-    return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ]
+    return _serving_component(binary, kubeconfig, port)
 
 
 def kwok(binary: Path, kubeconfig: Path, port: int) -> list[str]:
