@@ -33,6 +33,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("imports", "data_load", "rendezvous", "setup", "train", "evaluate", "checkpoint")
 BREAKDOWN = ("startup", *PHASES, "rest")
+ERROR_LINES = 15
+TORCHRUN_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ +\d+ .*torch/distributed/elastic/")
 EPOCH_LINE = re.compile(r"^trainer: epoch (\d+)/\d+ .* test_acc=([\d.]+)% ")
 
 
@@ -98,14 +100,18 @@ def run_one(config: Config, data: str, target: float, extra: list[str], seed: in
         launched_unix = time.time()
         started = time.monotonic()
         reached: tuple[float, int] | None = None
-        with subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=env,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        ) as process:
+        errors = Path(tmp) / "stderr.log"
+        with (
+            errors.open("w") as stderr,
+            subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            ) as process,
+        ):
             assert process.stdout is not None
             for line in process.stdout:
                 now = time.monotonic() - started
@@ -115,6 +121,7 @@ def run_one(config: Config, data: str, target: float, extra: list[str], seed: in
                     reached = (now, int(match.group(1)))
         wall = time.monotonic() - started
         if process.returncode != 0:
+            sys.stderr.write(last_lines(errors.read_text(errors="replace"), ERROR_LINES))
             raise SystemExit(f"{config.name}: trainer exited {process.returncode}")
         metrics = json.loads((Path(tmp) / "metrics.json").read_text())
     return Result(
@@ -127,6 +134,16 @@ def run_one(config: Config, data: str, target: float, extra: list[str], seed: in
         epochs_to_target=reached[1] if reached else None,
         seconds_by_phase=breakdown(metrics, launched_unix, wall),
     )
+
+
+def last_lines(text: str, count: int) -> str:
+    """The workers' last ``count`` lines of stderr: what they wrote before torchrun's own report."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if TORCHRUN_LOG.match(line):
+            lines = lines[:index] or lines
+            break
+    return "".join(f"{line}\n" for line in lines[-count:])
 
 
 def breakdown(metrics: dict[str, Any], launched_unix: float, wall: float) -> dict[str, float]:

@@ -73,3 +73,15 @@ def test_pytest_cpu_summarises_what_its_plugin_wrote(tmp_path):
     done = _run("bench/pytest_cpu.py", str(tmp_path), timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "tests/a.py" in done.stdout
+
+
+def test_bench_trainer_shows_why_a_run_failed(tmp_path):
+    done = _run(
+        "bench/bench_trainer.py",
+        f"--data={tmp_path / 'no-such-mnist'}",
+        "--only=1 CPU process, 1 thread",
+        "--epochs=1",
+    )
+    assert done.returncode != 0
+    assert "trainer exited" in done.stderr
+    assert "no-such-mnist" in done.stderr, done.stderr[-2000:]
