@@ -3,6 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 INFRA_VENV := .venv-infra
+POLICY_VENV := policy/.venv
 STACK ?= dev
 
 # pytest-xdist workers for `make test` and `make test-fast`: one more than the cores, at most 4 (the
@@ -24,6 +25,12 @@ $(INFRA_VENV)/.installed: pyproject.toml constraints.txt
 	$(INFRA_VENV)/bin/pip install -q -c constraints.txt -e ".[infra]"
 	touch $@
 
+# The policy pack's own environment, where PulumiPolicy.yaml names it (the CLI runs the pack with it).
+$(POLICY_VENV)/.installed: policy/requirements.txt constraints.txt
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/pip install -q -r policy/requirements.txt
+	touch $@
+
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -c constraints.txt -e ".[infra,trainer,test]"
@@ -34,8 +41,9 @@ infra-env: $(INFRA_VENV)/.installed
 run: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
-render: $(VENV)/.installed
-	$(VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
+# Rendering needs the Pulumi program's environment only (no torch): .venv-infra.
+render: $(INFRA_VENV)/.installed
+	$(INFRA_VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
@@ -86,7 +94,7 @@ rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed
 
 # The tests/e2e_local scenarios through the Automation API with the real CLI and a file backend, against a
 # cluster of their own (started and stopped by the tier); the last line gives the target's wall time.
-e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed
+e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
 	@start=$$(date +%s); mkdir -p build/e2e-local; \
 	$(VENV)/bin/python -m pytest -m e2e_local tests/e2e_local -v -p no:cacheprovider \
 		--junitxml=build/e2e-local/junit.xml; code=$$?; \

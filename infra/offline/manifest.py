@@ -227,6 +227,7 @@ def run_program(
     @pulumi.runtime.test
     def program() -> pulumi.Output[Any]:
         settings, credentials = load_settings()
+        settings = with_offline_platform(settings, stack.name, credentials is not None)
         result = {
             k: pulumi.Output.from_input(v) for k, v in build(settings, credentials).items() if v is not None
         }
@@ -236,10 +237,21 @@ def run_program(
     return mocks, outputs
 
 
+def with_offline_platform(settings: Settings, stack: str, has_keys: bool) -> Settings:
+    """`settings` with its platform stack's facts taken, read from that stack's file in stacks/ (what
+    its `platform` output would hold once it is up); as is without `platformStack`."""
+    from infra.program import platform
+
+    if not settings.platform_stack:
+        return settings
+    return platform.take(settings, platform.offline_facts(settings.platform_stack), stack, has_keys)
+
+
 def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering:
     from infra.program.config import settings_from_raw
 
     mocks, outputs = run_program(stack, mocks)
+    settings, has_keys = settings_from_raw(stack.values, set(stack.secret_keys))
     objects = [
         _as_object(r)
         for r in mocks.registrations
@@ -249,7 +261,7 @@ def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering
         stack=stack.name,
         objects=sorted(objects, key=_sort_key),
         outputs=outputs,
-        settings=settings_from_raw(stack.values, set(stack.secret_keys))[0],
+        settings=with_offline_platform(settings, stack.name, has_keys),
         registrations=mocks.registrations,
     )
 

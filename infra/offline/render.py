@@ -322,6 +322,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from infra.program.checks import ConfigError
+    from infra.program.platform import PlatformMismatch
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.offline.render", description=__doc__.split("\n\n")[0]
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rendering = render(load_stack(args.stack))
-    except (ConfigError, StackNotFound) as exc:
+    except (ConfigError, PlatformMismatch, StackNotFound) as exc:
         print(f"render: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     view = cluster_view(rendering.objects, rendering.settings)

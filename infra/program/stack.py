@@ -7,6 +7,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.program import platform
 from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
@@ -47,7 +48,10 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
 def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, KServe,
     their CRDs), each as configured."""
-    outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
+    outputs: dict[str, pulumi.Input[object]] = {
+        "stackRole": settings.stack_role,
+        platform.OUTPUT: platform.facts(settings),
+    }
     operator = trainer = None
     if settings.operator_install:
         operator = TrainingOperator("training-operator", settings)
@@ -163,6 +167,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         }
     return {
         "stackRole": settings.stack_role,
+        platform.OUTPUT: platform.facts(settings),
         "jobOutcome": job.outcome,
         "seedOutcome": seed.outcome if seed is not None else None,
         "modelExport": model_export_uri(settings, names) if settings.job_model_export else None,
@@ -184,7 +189,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
 
 
 def main() -> None:
-    """The Pulumi program: bad config stops it with one line, before any resource is registered."""
+    """The Pulumi program: bad config stops it with one line, before any resource is registered; so
+    does a job stack that its platform stack (`platformStack`) contradicts."""
     from infra.program.checks import ConfigError
     from infra.program.config import load_settings
 
@@ -192,6 +198,24 @@ def main() -> None:
         settings, credentials = load_settings()
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
-    for name, value in build(settings, credentials).items():
+    if not settings.platform_stack:
+        _export(build(settings, credentials))
+        return
+
+    async def with_platform() -> None:
+        # A read of the platform stack's outputs, in preview too (Pulumi's built-in StackReference).
+        reference = pulumi.StackReference("platform-stack", stack_name=settings.platform_stack)
+        found = (await reference.get_output_details(platform.OUTPUT)).value
+        try:
+            taken = platform.take(settings, found, pulumi.get_stack(), credentials is not None)
+        except platform.PlatformMismatch as exc:
+            raise pulumi.RunError(str(exc)) from None
+        _export(build(taken, credentials))
+
+    pulumi.run(with_platform)
+
+
+def _export(outputs: dict[str, pulumi.Input[object]]) -> None:
+    for name, value in outputs.items():
         if value is not None:
             pulumi.export(name, value)

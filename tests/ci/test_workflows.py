@@ -301,6 +301,18 @@ def test_each_cluster_deploys_its_platform_then_its_jobs_independently_of_the_ot
             assert job["strategy"]["fail-fast"] is False, name
 
 
+def test_a_job_stack_is_deployed_after_the_platform_stack_it_reads():
+    """A job stack that names its platform stack (`platformStack`) reads that stack's outputs in its
+    preview and `up`: the job deploying it waits for the one deploying the platform stack."""
+    jobs = {name: job for name, job in _load(WORKFLOWS / "deploy.yml")["jobs"].items() if job.get("uses")}
+    deploys = {stack: name for name, job in jobs.items() for stack in _matrix(job)}
+    readers = {stack: load_stack(stack).values.get("ddp-mnist:platformStack", "") for stack in deploys}
+    assert {s for s, platform in readers.items() if platform} == {"gke-gpu", "gke-trainjob", "aks-gpu"}
+    for stack, platform in readers.items():
+        if platform:
+            assert deploys[platform] in _needs(jobs[deploys[stack]]), (stack, platform)
+
+
 def test_two_deploy_runs_never_interleave():
     concurrency = _load(WORKFLOWS / "deploy.yml")["concurrency"]
     assert concurrency["cancel-in-progress"] is False

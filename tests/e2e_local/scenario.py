@@ -37,6 +37,24 @@ def platform_config() -> dict[str, str]:
     return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": str(sources.operator_overlay())}
 
 
+def as_declared(config: dict[str, str], facts: Mapping[str, Any]) -> dict[str, str]:
+    """A job stack's config that names its platform stack, as the offline model reads it: without
+    `platformStack`, and the declarations that stack's facts (its live `platform` output) decide set
+    to what they decide."""
+    from infra.program import platform
+    from infra.program.config import settings_from_raw
+    from tests.e2e.stacks import as_stack
+
+    stack = as_stack("model", config)
+    settings, has_keys = settings_from_raw(stack.values, set(stack.secret_keys))
+    taken = platform.take(settings, facts, "model", has_keys)
+    declared = {k: v for k, v in config.items() if k != "ddp-mnist:platformStack"}
+    for name, key in platform.DECLARATIONS.items():
+        value = getattr(taken, name)
+        declared[f"ddp-mnist:{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return declared
+
+
 def update_platform(platform: dict, extra: dict[str, str]) -> auto.UpResult:
     """`up` of the session's platform stack with `extra` added to the config earlier scenarios gave it
     (so a later scenario never takes away what an earlier one installed)."""

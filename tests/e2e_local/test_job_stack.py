@@ -10,7 +10,12 @@ API server, controllers and training operator, in this order:
    preview updates the model server, never replaces it;
 5. the pods the real operator and Job controller created, as the API server admitted them, equal the
    offline model's (infra/offline/effective) field by field for what it covers;
-6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them.
+6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them;
+17. a job stack whose declaration its platform stack contradicts (`platformStack`) is refused by the
+    preview and by `up`, with one line naming both stacks, and registers nothing.
+
+The job stack names the platform stack (`platformStack`) and declares nothing it takes from it: the
+restricted Worker init container it relies on comes from the platform's live `platform` output.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ JOB = "mnist-r1"
 SEED = "ddp-mnist-seed"
 CLAIM = "ddp-mnist-checkpoints"
 QUOTA_CPU, QUOTA_MEMORY = "8", "12Gi"
+PLATFORM_STACK = "local-platform"  # the session's platform stack (conftest.py)
 SERVER_KINDS = (
     "kubernetes:apps/v1:Deployment",
     "kubernetes:core/v1:Service",
@@ -50,7 +56,10 @@ def job(backend: Backend, platform: dict) -> Iterator[dict]:
         serveKind="deployment",
         namespaceCpuQuota=QUOTA_CPU,
         namespaceMemoryQuota=QUOTA_MEMORY,
+        platformStack=PLATFORM_STACK,
     )
+    # Taken from the platform stack's facts, never declared here.
+    config.pop("ddp-mnist:operatorInitContainerRestricted")
     stack = scenario.stack(backend, "local-job", config)
     state: dict = {"stack": stack, "config": config}
     yield state
@@ -61,6 +70,9 @@ def job(backend: Backend, platform: dict) -> Iterator[dict]:
 
 def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> None:
     outputs = platform["outputs"]
+    facts = outputs["platform"]
+    assert facts["operator"]["initContainerRestricted"] is True
+    assert facts["operator"]["version"] == "v1.9.4"
     if "smokeCheck" in outputs:
         assert outputs["smokeCheck"] == "passed", outputs["smokeCheck"]
     assert live.exists("crd", "pytorchjobs.kubeflow.org")
@@ -118,8 +130,8 @@ def test_4_an_edited_job_is_replaced_alone_and_a_new_run_updates_the_server(job:
     set_config(stack, job["config"])
 
 
-def test_5_admitted_pods_equal_the_offline_model(job: dict) -> None:
-    view = modelled("local-job", job["config"])
+def test_5_admitted_pods_equal_the_offline_model(platform: dict, job: dict) -> None:
+    view = modelled("local-job", scenario.as_declared(job["config"], platform["outputs"]["platform"]))
     assert view.admission.refusals == []
     for role in ("Master", "Worker"):
         model = modelled_pod(view, role)
@@ -146,3 +158,35 @@ def test_6_destroy_keeps_the_claim_and_reattaching_imports_it(job: dict) -> None
     outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
     assert outputs["jobOutcome"] == "Succeeded"
     assert live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
+
+
+def test_17_a_job_stack_its_platform_contradicts_is_refused_with_one_line(
+    backend: Backend, platform: dict
+) -> None:
+    config = job_config(
+        scenario.IMAGE,
+        *scenario.KEYS,
+        namespace="ddp-mnist-mismatch",
+        storageClassName="ddp-mnist-nfs-mismatch",
+        platformStack=PLATFORM_STACK,
+        kservePresent="true",
+        serveKind="kserve",
+    )
+    stack = scenario.stack(backend, "local-mismatch", config)
+    line = (
+        "stack local-mismatch declares kservePresent=true, but its platform stack local-platform says "
+        "false (remove kservePresent from stack local-mismatch: it comes from the platform stack)"
+    )
+    try:
+        for operation in (stack.preview, stack.up):
+            with pytest.raises(auto.CommandError) as refused:
+                operation(on_output=print)
+            said = str(refused.value)
+            assert line in said, said[-3000:]
+            assert "Traceback" not in said and "unhandled exception" not in said, said[-3000:]
+        registered = [r["type"] for r in stack.export_stack().deployment.get("resources", [])]
+        assert not [t for t in registered if t.startswith("kubernetes:")], registered
+        assert not live.exists("namespace", "ddp-mnist-mismatch")
+    finally:
+        if not KEEP:
+            stack.workspace.remove_stack("local-mismatch", force=True)

@@ -140,3 +140,49 @@ def test_malformed_stack_file_and_missing_crd_exit_2_without_traceback(tmp_path)
     assert missing.returncode == 2
     assert missing.stderr.strip() == "render: --crd /no/such.yaml: no such file"
     assert not (tmp_path / "out").exists()
+
+
+def test_render_needs_the_program_environment_only(tmp_path):
+    """`make render` runs in .venv-infra, which has no torch: rendering never imports it."""
+    code = (
+        "import sys, infra.offline.render as r; "
+        f"code = r.main(['--stack', 'gke-gpu', '--out', {str(tmp_path)!r}, '--validate']); "
+        "assert 'torch' not in sys.modules, 'render imported torch'; sys.exit(code)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    planned = subprocess.run(
+        ["make", "-n", "render", "STACK=dev"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert ".venv-infra/bin/python -m infra.offline.render --stack dev --validate" in planned.stdout
+    assert ".venv/bin/" not in planned.stdout.replace(".venv-infra/bin/", "")
+
+
+def test_a_job_stack_its_platform_stack_contradicts_exits_2_with_one_line(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "stacks").mkdir(parents=True)
+    (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (repo / "stacks" / "Pulumi.plat.yaml").write_text(
+        "config:\n  ddp-mnist:stackRole: platform\n  ddp-mnist:operatorInstall: true\n"
+    )
+    (repo / "stacks" / "Pulumi.team.yaml").write_text(
+        "config:\n  ddp-mnist:stackRole: job\n  ddp-mnist:operatorInstall: false\n"
+        "  ddp-mnist:platformStack: plat\n  ddp-mnist:nfsServer: nfs.example.internal\n"
+        "  ddp-mnist:seedSource: none\n  ddp-mnist:kservePresent: true\n"
+    )
+    code = (
+        f"import sys, infra.offline.stackconfig as s, infra.offline.render as r; from pathlib import Path; "
+        f"s.ROOT = Path({str(repo)!r}); "
+        f"sys.exit(r.main(['--stack', 'team', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        "render: stack team declares kservePresent=true, but its platform stack plat says false "
+        "(remove kservePresent from stack team: it comes from the platform stack)\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -47,7 +47,7 @@ def test_keys_keep_the_config_order_the_groups_are_written_in():
     project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
     aliases = [field.alias for field in Settings.model_fields.values()]
     assert list(project["config"])[: len(aliases)] == aliases
-    assert aliases[:2] == ["stackRole", "namespace"]
+    assert aliases[:3] == ["stackRole", "platformStack", "namespace"]
 
 
 def test_every_group_refuses_its_own_bad_values():

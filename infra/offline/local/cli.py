@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from infra.program.checks import ConfigError
+    from infra.program.platform import PlatformMismatch
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except ServeFailed as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except (ConfigError, StackNotFound, PlanError) as exc:
+    except (ConfigError, PlatformMismatch, StackNotFound, PlanError) as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except PodsRefused as exc:

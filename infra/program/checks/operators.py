@@ -66,6 +66,12 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
             "false when stackRole is job: the cluster's platform stack installs the operator and owns its "
             "CRDs (stackRole all installs both in one stack)",
         )
+    if s.platform_stack and s.stack_role != "job":
+        yield ConfigError(
+            "platformStack",
+            s.platform_stack,
+            f"empty when stackRole is {s.stack_role}: only a job stack reads a platform stack's facts",
+        )
     if s.reattach_retained and not s.checkpoint_volume_retain:
         yield ConfigError(
             "reattachRetained", True, "false unless checkpointVolumeRetain is true (nothing was retained)"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import field_validator
 
 from infra.program.settings.base import K8S_VERSIONS, SettingsGroup, dns_label, key, optional_quantity
+
+# A Pulumi stack reference: `stack`, or `org/project/stack` (the engine also reads `org/stack` on some
+# backends, never needed here).
+STACK_REFERENCE = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)?")
 
 
 class ClusterSettings(SettingsGroup):
@@ -18,6 +23,17 @@ class ClusterSettings(SettingsGroup):
         "What this stack owns: 'platform' the cluster-level parts (the training operator and its CRDs, "
         "one platform stack per cluster), 'job' one environment (namespace, storage, credentials, job; "
         "the operator comes from the platform stack), 'all' both (a cluster with a single environment).",
+    )
+    platform_stack: str = key(
+        "platformStack",
+        "",
+        "With stackRole job: the cluster's platform stack, as a Pulumi stack reference (`stack` in this "
+        "project, or `org/project/stack`). The job stack reads that stack's `platform` output (what it "
+        "installed: the training operator and its init container, Kubeflow Trainer v2, KServe, and its "
+        "kueuePyTorchJobIntegration) in place of operatorInitContainerRestricted, "
+        "operatorInitContainerImage, trainerPresent, kservePresent and kueuePyTorchJobIntegration; a "
+        "declaration set here that contradicts it, or a job needing what it did not install, stops the "
+        "preview with one line naming both stacks. Empty: those declarations are trusted as written.",
     )
     namespace: str = key("namespace", "ddp-mnist", "Namespace of every namespaced object.")
     create_namespace: bool = key(
@@ -38,6 +54,13 @@ class ClusterSettings(SettingsGroup):
         "1.33",
         "Target Kubernetes minor version; the offline render validates against it.",
     )
+
+    @field_validator("platform_stack")
+    @classmethod
+    def _stack_reference(cls, value: str) -> str:
+        if value and not STACK_REFERENCE.fullmatch(value):
+            raise ValueError("a stack reference: `stack`, or `org/project/stack` (letters, digits, . _ -)")
+        return value
 
     @field_validator("namespace")
     @classmethod

@@ -1,0 +1,183 @@
+"""What a platform stack installed, as one stack output, and how a job stack takes it.
+
+A platform (or 'all') stack exports `platform`: the facts of what it installed: the training operator
+(version, the init container image it gives PyTorchJob Workers, that its template meets Pod Security
+'restricted'), Kubeflow Trainer v2 (version), KServe (version), and what the platform team declares of
+the cluster's Kueue (`kueuePyTorchJobIntegration`). A job stack that names it (`platformStack`, a
+Pulumi stack reference) reads that output instead of trusting its own declarations:
+
+- each declaration the job stack leaves at its default is taken from the facts;
+- a declaration it sets that the facts contradict stops the program with one line naming both stacks;
+- so does a job that needs what the platform did not install (a PyTorchJob and no operator, a TrainJob
+  and no Trainer, serveKind kserve and no KServe, a queued PyTorchJob without Kueue's integration,
+  a queued TrainJob with a Trainer older than Kueue supports).
+
+Without `platformStack` nothing here runs and the declarations work as written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from infra.program.checks import ConfigError, first_violation
+from infra.program.settings import PROJECT, Settings
+
+OUTPUT = "platform"  # the stack output holding the facts
+SCHEMA = 1
+# Kueue's TrainJob integration needs Kubeflow Trainer >= v2.2 (kubernetes-sigs/kueue#14886: the
+# integration reads TrainJob fields that Trainer added in v2.2).
+KUEUE_TRAINJOB_MIN_TRAINER = (2, 2, 0)
+
+# Job-stack declarations a platform's facts replace: settings field -> config key.
+DECLARATIONS = {
+    "operator_init_container_restricted": "operatorInitContainerRestricted",
+    "operator_init_container_image": "operatorInitContainerImage",
+    "trainer_present": "trainerPresent",
+    "kserve_present": "kservePresent",
+    "kueue_pytorchjob_integration": "kueuePyTorchJobIntegration",
+}
+
+
+class PlatformMismatch(ValueError):
+    """A job stack and its platform stack disagree; `str()` is the one line shown."""
+
+
+def facts(settings: Settings) -> dict[str, Any] | None:
+    """What this stack installs, as its `platform` output; None for a job stack (it installs none)."""
+    if settings.stack_role == "job":
+        return None
+    operator = None
+    if settings.operator_install:
+        operator = {
+            "version": settings.operator_version,
+            "initContainerImage": settings.operator_init_container_image,
+            # The install always gives the operator the restricted template (training_operator.py).
+            "initContainerRestricted": True,
+        }
+    return {
+        "schema": SCHEMA,
+        "project": PROJECT,
+        "operator": operator,
+        "trainer": {"version": settings.trainer_version} if settings.trainer_install else None,
+        "kserve": {"version": settings.kserve_version} if settings.kserve_install else None,
+        "kueue": {"pytorchjobIntegration": settings.kueue_pytorchjob_integration},
+    }
+
+
+def declared(settings: Settings, name: str) -> bool:
+    """Whether the stack declares field `name`: set to other than its default. The engine hands a
+    program every key of Pulumi.yaml's config block, defaults included, so a value equal to the
+    default cannot be told from one left unset: both mean "not declared"."""
+    return getattr(settings, name) != Settings.model_fields[name].default
+
+
+def assume_platform_provides(settings: Settings) -> Settings:
+    """`settings` with each yes/no declaration the platform's facts will decide, and that this stack
+    does not declare, assumed true: the rules that read them wait for the facts (`take`)."""
+    undeclared = {
+        name: True
+        for name in DECLARATIONS
+        if isinstance(getattr(settings, name), bool) and not declared(settings, name)
+    }
+    return settings.model_copy(update=undeclared)
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", tag)[:3])
+
+
+def _derived(settings: Settings, found: Mapping[str, Any]) -> dict[str, Any]:
+    operator = found.get("operator")
+    return {
+        "operator_init_container_restricted": bool(operator and operator.get("initContainerRestricted")),
+        "operator_init_container_image": (
+            operator["initContainerImage"] if operator else settings.operator_init_container_image
+        ),
+        "trainer_present": found.get("trainer") is not None,
+        "kserve_present": found.get("kserve") is not None,
+        "kueue_pytorchjob_integration": bool((found.get("kueue") or {}).get("pytorchjobIntegration")),
+    }
+
+
+def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
+    """What the job needs that the platform did not install, as the end of the one line; or None."""
+    kind = settings.job_kind
+    trainer = found.get("trainer")
+    if kind == "pytorchjob" and found.get("operator") is None:
+        return "runs a PyTorchJob (jobKind pytorchjob), but {platform} installed no training operator"
+    if kind == "trainjob" and trainer is None:
+        return "runs a TrainJob (jobKind trainjob), but {platform} installed no Kubeflow Trainer v2"
+    if settings.serve_kind == "kserve" and found.get("kserve") is None:
+        return "serves with KServe (serveKind kserve), but {platform} installed no KServe"
+    queued = bool(settings.job_queue_name)
+    if queued and kind == "pytorchjob" and not _derived(settings, found)["kueue_pytorchjob_integration"]:
+        return (
+            "queues a PyTorchJob (jobQueueName), but {platform} declares kueuePyTorchJobIntegration "
+            "false: Kueue would let the job run outside the queue"
+        )
+    if (
+        queued
+        and kind == "trainjob"
+        and trainer
+        and _version(trainer["version"]) < KUEUE_TRAINJOB_MIN_TRAINER
+    ):
+        least = "v" + ".".join(map(str, KUEUE_TRAINJOB_MIN_TRAINER))
+        return (
+            f"queues a TrainJob (jobQueueName), but {{platform}} installed Kubeflow Trainer "
+            f"{trainer['version']}: Kueue manages TrainJobs from Trainer {least}"
+        )
+    return None
+
+
+def take(settings: Settings, found: Any, stack: str, has_keys: bool) -> Settings:
+    """`settings` with the declarations of `DECLARATIONS` taken from the platform's facts `found` (its
+    `platform` output); raises PlatformMismatch (one line naming this `stack` and the platform stack)."""
+    reference = settings.platform_stack
+    platform = f"platform stack {reference}"
+    if not isinstance(found, Mapping) or found.get("schema") != SCHEMA:
+        raise PlatformMismatch(
+            f"stack {stack}: platformStack {reference} exports no '{OUTPUT}' output of schema {SCHEMA} "
+            f"(a {PROJECT} stack with stackRole platform or all, after its `pulumi up`)"
+        )
+    derived = _derived(settings, found)
+    for name, value in derived.items():
+        mine = getattr(settings, name)
+        if declared(settings, name) and mine != value:
+            key = DECLARATIONS[name]
+            raise PlatformMismatch(
+                f"stack {stack} declares {key}={_show(mine)}, but its {platform} says {_show(value)} "
+                f"(remove {key} from stack {stack}: it comes from the platform stack)"
+            )
+    need = _needs(settings, found)
+    if need:
+        raise PlatformMismatch(f"stack {stack} " + need.format(platform=platform))
+    merged = settings.model_copy(update=derived)
+    violation = first_violation(merged, has_keys)
+    if violation:
+        raise PlatformMismatch(f"stack {stack} with the facts of its {platform}: {violation}")
+    return merged
+
+
+def _show(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def offline_facts(reference: str) -> dict[str, Any]:
+    """The facts a platform stack of this project's stacks/ directory exports, read from its config (what
+    the offline render and the local run use in place of the live stack's output)."""
+    from infra.offline.stackconfig import StackNotFound, load_stack
+    from infra.program.config import settings_from_raw
+
+    parts = reference.split("/")
+    if len(parts) == 3 and parts[1] != PROJECT:
+        raise PlatformMismatch(
+            f"platformStack {reference}: offline, only a stack of project {PROJECT} can be read"
+        )
+    try:
+        stack = load_stack(parts[-1])
+        platform_settings, _ = settings_from_raw(stack.values, set(stack.secret_keys))
+    except (StackNotFound, ConfigError) as exc:
+        raise PlatformMismatch(f"platformStack {reference}: {exc}") from None
+    return facts(platform_settings) or {}
