@@ -7,7 +7,10 @@ infra/offline/realcluster/sources.py):
 12. a TrainJob stack comes up from empty volumes: the seed completes before the TrainJob exists, the
     real Trainer controller makes the JobSet, JobSet its Jobs, the Job controller their pods, and the
     TrainJob completes; the pods, as the API server admitted them, equal the offline model's field by
-    field; a second `up` and a preview after `refresh` change nothing.
+    field; a second `up` and a preview after `refresh` change nothing;
+18. the policy pack (`--policy-pack policy`, the real CLI) passes the platform stack in gke-platform's
+    shape (the operator, Trainer v2 with JobSet, KServe: every object of their upstream manifests), and
+    refuses KServe's own workloads once `excludeNamespaces` no longer skips them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 from pulumi import automation as auto
 
 from infra.offline.realcluster import sources
+from infra.offline.stackconfig import ROOT
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
 from tests.e2e.project import Backend
@@ -96,3 +100,24 @@ def test_12_a_trainjob_stack_seeds_trains_through_jobset_and_changes_nothing_aft
     assert scenario.changes(again.summary.resource_changes) == {}
     stack.refresh(on_output=print)
     assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
+
+
+def test_18_the_policy_pack_passes_the_platform_stack_in_gke_platforms_shape(
+    platform: dict, platform_v2: dict, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    if platform["config"].get("ddp-mnist:kserveInstall") != "true":  # this module run alone
+        manifest = sources.kserve_manifest(tmp_path_factory.mktemp("kserve"))
+        extra = {"ddp-mnist:kserveInstall": "true", "ddp-mnist:kserveSource": str(manifest)}
+        scenario.update_platform(platform, extra)
+    stack: auto.Stack = platform["stack"]
+    said: list[str] = []
+    stack.preview(on_output=said.append, policy_packs=[str(ROOT / "policy")])
+    assert "ddp-mnist-guardrails" in "".join(said), "".join(said)[-3000:]
+    # The same pack with nothing excluded sees KServe's own workloads and refuses them.
+    strict = tmp_path_factory.mktemp("policy") / "strict.json"
+    strict.write_text('{"images-pinned": {"excludeNamespaces": []}}')
+    with pytest.raises(auto.CommandError) as refused:
+        stack.preview(on_output=print, policy_packs=[str(ROOT / "policy")], policy_pack_configs=[str(strict)])
+    assert "images-pinned" in str(refused.value) and "kserve" in str(refused.value), str(refused.value)[
+        -3000:
+    ]

@@ -8,7 +8,9 @@
 // program through the real `pulumi-language-python-exec` script of sdk/v3 (placed next to this binary)
 // with the project's virtualenv, the engine's arguments, PULUMI_CONFIG and PULUMI_CONFIG_SECRET_KEYS.
 // It reports no required packages: the local tier installs the Kubernetes provider plugin itself.
-// Anything else (templates, packing, code generation, debugging, type checkers) answers Unimplemented.
+// It also runs Python plugins such as a policy pack (upstream RunPlugin, for a plugin directory with a
+// __main__.py). Anything else (templates, packing, code generation, debugging, type checkers) answers
+// Unimplemented.
 package main
 
 import (
@@ -203,6 +205,47 @@ func (h *host) Run(ctx context.Context, req *pulumirpc.RunRequest) (*pulumirpc.R
 		}, nil
 	}
 	return &pulumirpc.RunResponse{}, nil
+}
+
+// RunPlugin runs a Python plugin, such as a policy pack (`--policy-pack DIR`): `python DIR ARGS...` with
+// the plugin's virtualenv (PulumiPolicy.yaml's runtime options), in the engine's working directory and
+// with its environment added, the plugin's output streamed back to the engine, then its exit code
+// (upstream sdk/python/cmd/pulumi-language-python/main.go RunPlugin, its bare-directory case).
+func (h *host) RunPlugin(req *pulumirpc.RunPluginRequest, server pulumirpc.LanguageRuntime_RunPluginServer) error {
+	opts, err := pythonOptions(req.GetInfo())
+	if err != nil {
+		return err
+	}
+	tc, err := toolchain.ResolveToolchain(opts)
+	if err != nil {
+		return err
+	}
+	args := append([]string{req.GetInfo().GetProgramDirectory()}, req.GetArgs()...)
+	cmd, err := tc.Command(server.Context(), args...)
+	if err != nil {
+		return err
+	}
+	closer, stdout, stderr, err := rpcutil.MakeRunPluginStreams(server, false)
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	cmd.Dir = req.GetPwd()
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, req.GetEnv()...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		var exitErr *exec.ExitError
+		if !errors.As(err, &exitErr) {
+			return fmt.Errorf("could not run the plugin in %s: %w", req.GetInfo().GetProgramDirectory(), err)
+		}
+		return server.Send(&pulumirpc.RunPluginResponse{
+			Output: &pulumirpc.RunPluginResponse_Exitcode{Exitcode: int32(exitErr.ExitCode())},
+		})
+	}
+	return closer.Close()
 }
 
 func (h *host) GetRequiredPackages(
