@@ -16,7 +16,8 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env lock clean
+.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env lock clean \
+	image image-push
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -100,6 +101,21 @@ e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
 		--junitxml=build/e2e-local/junit.xml; code=$$?; \
 	echo "make e2e-local: exit $$code after $$(( $$(date +%s) - start )) s"; \
 	exit $$code
+
+# The trainer image from Dockerfile, for linux/amd64 (docs/RELEASE.md; a release tag builds, signs and
+# publishes it in CI). `make image`: loaded into the local docker as IMAGE. `make image-push
+# REGISTRY=registry.example.com/team`: pushed as $(REGISTRY)/$(IMAGE) with SBOM and provenance
+# attestations; the last line is the pushed reference by digest, the value for `jobImage`. Both need
+# docker with its buildx plugin and stop with one line without them (release/image.py exits 4, which
+# make reports as "Error 4").
+IMAGE ?= ddp-mnist/trainer:dev
+REGISTRY ?=
+
+image:
+	$(PYTHON) release/image.py build $(IMAGE)
+
+image-push:
+	$(PYTHON) release/image.py push "$(REGISTRY)" $(IMAGE)
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q

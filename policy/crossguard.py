@@ -36,6 +36,15 @@ EXCLUDE_NAMESPACES = {
         "description": "Namespaces whose objects this policy does not check.",
     }
 }
+# Policies that declare it skip the stacks it names (read from each resource's URN).
+EXEMPT_STACKS = {
+    "exemptStacks": {
+        "type": "array",
+        "items": {"type": "string"},
+        "default": ["dev"],
+        "description": "Stacks this policy does not check (a local cluster runs images loaded by tag).",
+    }
+}
 Rule = Callable[[guardrails.Obj, Mapping[str, Any]], list[str]]
 
 
@@ -68,13 +77,23 @@ def k8s_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any] |
     return obj
 
 
+def stack_of(urn: str) -> str:
+    """The stack a resource belongs to: `urn:pulumi:<stack>::<project>::<type>::<name>`."""
+    return urn.split("::", 1)[0].rsplit(":", 1)[-1]
+
+
 def resource_policy(
-    name: str, description: str, rule: Rule, properties: dict[str, dict[str, Any]] | None = None
+    name: str,
+    description: str,
+    rule: Rule,
+    properties: dict[str, dict[str, Any]] | None = None,
+    enforcement_level: EnforcementLevel = EnforcementLevel.MANDATORY,
 ) -> ResourceValidationPolicy:
-    """A mandatory policy that reports each message `rule` returns for a Kubernetes resource.
+    """A policy (mandatory unless told) that reports each message `rule` returns for a Kubernetes resource.
 
     `properties` is the policy's config schema (JSON schema per key, with a default each); `rule`
-    receives the config with the defaults filled in, whether or not the engine filled them.
+    receives the config with the defaults filled in, whether or not the engine filled them. A policy
+    whose schema has `exemptStacks` skips the resources of those stacks.
     """
     schema = {**EXCLUDE_NAMESPACES, **(properties or {})}
     defaults = {key: prop["default"] for key, prop in schema.items()}
@@ -86,6 +105,8 @@ def resource_policy(
         config = {**defaults, **dict(args.get_config() or {})}
         if (obj.get("metadata") or {}).get("namespace") in config["excludeNamespaces"]:
             return
+        if stack_of(args.urn) in config.get("exemptStacks", ()):
+            return
         for message in rule(obj, config):
             report_violation(message, None)
 
@@ -93,7 +114,7 @@ def resource_policy(
         name=name,
         description=description,
         validate=validate,
-        enforcement_level=EnforcementLevel.MANDATORY,
+        enforcement_level=enforcement_level,
         config_schema=PolicyConfigSchema(properties=schema),
     )
 
@@ -107,7 +128,8 @@ def _shared_claims(args: StackValidationArgs, report_violation: ReportViolation)
 
 
 def policies() -> list[Policy]:
-    """Every guardrail, each a mandatory policy (lower one with the pack's config if needed)."""
+    """Every guardrail: mandatory ones (lower one with the pack's config if needed), and advisory
+    `images-by-digest`, which warns without stopping an update."""
     return [
         resource_policy(
             "gpu-limits-match-processes",
@@ -118,6 +140,14 @@ def policies() -> list[Policy]:
             "images-pinned",
             "Container images are pinned by a version tag or digest: no :latest, no untagged images.",
             lambda obj, _: guardrails.images_pinned(obj),
+        ),
+        resource_policy(
+            "images-by-digest",
+            "Workload containers name their image by @sha256 digest: a tag can be re-pushed (advisory; "
+            "local stacks exempt).",
+            lambda obj, _: guardrails.images_by_digest(obj),
+            EXEMPT_STACKS,
+            EnforcementLevel.ADVISORY,
         ),
         StackValidationPolicy(
             name="shared-claims-read-write-many",

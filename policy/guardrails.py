@@ -214,6 +214,25 @@ def images_pinned(obj: Obj) -> list[str]:
     return violations
 
 
+def images_by_digest(obj: Obj) -> list[str]:
+    """The workload's own containers name their image by @sha256 digest (advisory).
+
+    A version tag can be re-pushed: the same config would then run other code, and nodes that pulled
+    the tag earlier keep the old one. Init containers are left out: those that the platform adds (the
+    training operator's, KServe's storage-initializer) come from its own configuration.
+    """
+    violations = []
+    for t in pod_templates(obj):
+        for c in t.spec.get("containers") or []:
+            image = str(c.get("image", ""))
+            if not _DIGEST.search(image):
+                violations.append(
+                    f"{t.where}: container {c.get('name')} image {image} has no @sha256 digest, and a tag "
+                    "can be re-pushed; set the digest a release names (docs/RELEASE.md)"
+                )
+    return violations
+
+
 # --- shared claims (stack-wide) ----------------------------------------------------------------
 
 

@@ -277,7 +277,7 @@ def pod_template(
     container = core.ContainerArgs(
         name=container_name,
         image=settings.job_image,
-        image_pull_policy=settings.job_image_pull_policy,
+        image_pull_policy=settings.image_pull_policy,
         command=command,
         args=args,
         env=[*_env(settings, secret_name), *extra_env],

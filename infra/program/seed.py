@@ -69,7 +69,7 @@ def seed_pod_template(
     container = core.ContainerArgs(
         name=CONTAINER,
         image=settings.job_image,
-        image_pull_policy=settings.job_image_pull_policy,
+        image_pull_policy=settings.image_pull_policy,
         command=["python", "-m", "trainer.seed"],
         args=seed_args(settings),
         env=[*base_env(), *(s3_env(settings, secret_name) if settings.seed_source == "s3" else [])],

@@ -160,7 +160,7 @@ def server_container(
     return core.ContainerArgs(
         name=container_name,
         image=settings.job_image,
-        image_pull_policy=settings.job_image_pull_policy,
+        image_pull_policy=settings.image_pull_policy,
         command=["python", "-m", "trainer.serve"],
         args=server_args(settings, names),
         env=[

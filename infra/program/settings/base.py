@@ -135,6 +135,12 @@ def check_pinned_image(value: str) -> str:
     return value
 
 
+def pinned_by_digest(image: str) -> bool:
+    """Whether an image reference names its content by `@sha256:` digest (immutable), not a tag alone."""
+    match = _IMAGE.match(image)
+    return bool(match and match.group("digest"))
+
+
 class SettingsGroup(BaseModel):
     """One concern's config keys: a part of `Settings`, never used alone."""
 

@@ -6,7 +6,16 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, check_pinned_image, dns_1035, dns_label, key
+from infra.program.settings.base import (
+    SettingsGroup,
+    check_pinned_image,
+    dns_1035,
+    dns_label,
+    key,
+    pinned_by_digest,
+)
+
+PullPolicy = Literal["IfNotPresent", "Always", "Never"]
 
 
 class JobSettings(SettingsGroup):
@@ -36,8 +45,12 @@ class JobSettings(SettingsGroup):
         "ghcr.io/ddp-mnist/trainer:0.1.0",
         "Trainer image, pinned by tag or digest (':latest' and untagged are rejected).",
     )
-    job_image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = key(
-        "jobImagePullPolicy", "IfNotPresent", "imagePullPolicy of the trainer container."
+    job_image_pull_policy: Literal["auto", "IfNotPresent", "Always", "Never"] = key(
+        "jobImagePullPolicy",
+        "auto",
+        "imagePullPolicy of the trainer, seed and model-server containers. auto: IfNotPresent when jobImage "
+        "has an @sha256 digest (its content cannot change), Always when it has a tag alone (a tag can be "
+        "re-pushed, and IfNotPresent would keep running whatever image a node pulled first).",
     )
     job_backend: Literal["auto", "nccl", "gloo"] = key(
         "jobBackend", "auto", "torch.distributed backend; auto picks nccl with GPUs, else gloo."
@@ -84,6 +97,13 @@ class JobSettings(SettingsGroup):
         if self.job_backend != "auto":
             return self.job_backend
         return "nccl" if self.job_gpus_per_node > 0 else "gloo"
+
+    @property
+    def image_pull_policy(self) -> PullPolicy:
+        """The containers' imagePullPolicy: jobImagePullPolicy, or for auto, by whether jobImage can move."""
+        if self.job_image_pull_policy != "auto":
+            return self.job_image_pull_policy
+        return "IfNotPresent" if pinned_by_digest(self.job_image) else "Always"
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,131 @@
+"""The trainer image from the root Dockerfile, built on this machine: `make image` and `make image-push`.
+
+    python release/image.py build IMAGE            docker buildx build --load: IMAGE in the local docker
+    python release/image.py push REGISTRY IMAGE    docker buildx build --push as REGISTRY/IMAGE, with SBOM
+                                                   and provenance attestations; prints the pushed
+                                                   reference by digest, the value for `jobImage`
+
+The digest comes from Buildx's `--metadata-file` (`containerimage.digest`), the digest of what the
+registry now holds, so the printed reference names exactly the pushed content. Standard library only:
+it runs with any python3, no virtual environment. The CI release (`.github/workflows/release.yml`) builds
+the same Dockerfile for the same platform. docs/RELEASE.md has the whole story.
+
+Exit codes: 0 built (and pushed); 1 the build or push failed (docker's own output above says why) or
+Buildx wrote no digest; 2 a usage error (no REGISTRY); 4 docker or its buildx plugin is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+# The base image (pytorch/pytorch's CUDA runtime) and the GPU pools are amd64.
+PLATFORM = "linux/amd64"
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_DOCKER = 1, 2, 4
+USAGE = "usage: image.py build IMAGE | image.py push REGISTRY IMAGE"
+
+
+class ImageError(Exception):
+    """A failure for people: one line, with the exit code of its class."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def pushed_reference(reference: str, metadata: Mapping[str, Any]) -> str:
+    """`reference@sha256:...`: the pushed tag with the digest Buildx recorded in its metadata file."""
+    digest = metadata.get("containerimage.digest")
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise ImageError(
+            f"image: Buildx's metadata has no image digest (containerimage.digest: {digest!r}); "
+            "was the image pushed?",
+            EXIT_FAILED,
+        )
+    return f"{reference}@{digest}"
+
+
+def build_command(image: str, *, push: bool, metadata: Path | None = None) -> list[str]:
+    """The `docker buildx build` command line: loaded into the local docker, or pushed with attestations."""
+    command = ["docker", "buildx", "build", "--platform", PLATFORM, "--file", "Dockerfile", "--tag", image]
+    if push:
+        command += ["--push", "--sbom=true", "--provenance=mode=max"]
+    else:
+        command += ["--load"]
+    if metadata is not None:
+        command += ["--metadata-file", str(metadata)]
+    return [*command, "."]
+
+
+def require_buildx() -> None:
+    """Docker with its buildx plugin on PATH, else an ImageError (exit 4) that says how to get them."""
+    if shutil.which("docker") is None:
+        raise ImageError(
+            "image: docker not found on PATH; install Docker with the buildx plugin "
+            "(https://docs.docker.com/engine/install/) or let a release tag build it (docs/RELEASE.md)",
+            EXIT_NO_DOCKER,
+        )
+    found = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        raise ImageError(
+            "image: docker has no buildx plugin; install docker-buildx "
+            "(https://docs.docker.com/build/concepts/overview/#install-buildx)",
+            EXIT_NO_DOCKER,
+        )
+
+
+def _docker(command: list[str]) -> None:
+    if subprocess.run(command, cwd=ROOT, check=False).returncode != 0:
+        raise ImageError(f"image: `{' '.join(command)}` failed (see docker's output above)", EXIT_FAILED)
+
+
+def build(image: str) -> None:
+    require_buildx()
+    _docker(build_command(image, push=False))
+    print(f"built {image} (linux/amd64) into the local docker")
+
+
+def push(registry: str, image: str) -> str:
+    """Build and push REGISTRY/IMAGE; the pushed reference by digest."""
+    if not registry.strip("/"):
+        raise ImageError(
+            "image: no registry to push to; run `make image-push REGISTRY=registry.example.com/team`",
+            EXIT_USAGE,
+        )
+    require_buildx()
+    reference = f"{registry.rstrip('/')}/{image}"
+    with tempfile.TemporaryDirectory(prefix="ddp-mnist-image-") as directory:
+        path = Path(directory) / "metadata.json"
+        _docker(build_command(reference, push=True, metadata=path))
+        metadata = json.loads(path.read_text()) if path.is_file() else {}
+    return pushed_reference(reference, metadata)
+
+
+def main(argv: list[str]) -> int:
+    try:
+        match argv:
+            case ["build", image]:
+                build(image)
+            case ["push", registry, image]:
+                reference = push(registry, image)
+                print(f"pushed; set it with: pulumi config set jobImage {reference}", file=sys.stderr)
+                print(reference)
+            case _:
+                raise ImageError(USAGE, EXIT_USAGE)
+    except ImageError as error:
+        print(error, file=sys.stderr)
+        return error.code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
