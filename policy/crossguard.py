@@ -23,14 +23,15 @@ from pulumi_policy import (
 )
 
 PACK_NAME = "ddp-mnist-guardrails"
-# Every resource policy skips these namespaces: the Kubeflow training operator's (kubeflow) and Kubeflow
-# Trainer v2's and JobSet's (kubeflow-system) own workloads come from their upstream manifests, which
-# this platform does not author (set [] to check them too).
+# Every resource policy skips these namespaces: the Kubeflow training operator's (kubeflow), Kubeflow
+# Trainer v2's and JobSet's (kubeflow-system) and csi-driver-nfs's (kube-system, from its chart, a
+# prerequisites stack's) own workloads come from their upstream manifests, which this platform does not
+# author (set [] to check them too).
 EXCLUDE_NAMESPACES = {
     "excludeNamespaces": {
         "type": "array",
         "items": {"type": "string"},
-        "default": ["kubeflow", "kubeflow-system"],
+        "default": ["kubeflow", "kubeflow-system", "kube-system"],
         "description": "Namespaces whose objects this policy does not check.",
     }
 }
@@ -126,7 +127,18 @@ def policies() -> list[Policy]:
         resource_policy(
             "pod-security-restricted",
             "Pods meet the Pod Security Standards 'restricted' profile.",
-            lambda obj, _: guardrails.pod_security_restricted(obj),
+            lambda obj, config: guardrails.pod_security_restricted(obj, config["privilegedNamespaces"]),
+            {
+                "privilegedNamespaces": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "default": ["nfs-system"],
+                    "description": "Namespaces whose pods this policy lets run privileged: nfs-system "
+                    "holds a prerequisites stack's in-kernel NFS server, which must be (the namespace "
+                    "enforces Pod Security 'privileged' and its annotation says why); the other "
+                    "policies still check it.",
+                }
+            },
         ),
         resource_policy(
             "no-secret-literals-in-env",
