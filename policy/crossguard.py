@@ -24,15 +24,16 @@ from pulumi_policy import (
 
 PACK_NAME = "ddp-mnist-guardrails"
 # Every resource policy skips these namespaces: the Kubeflow training operator's (kubeflow), Kubeflow
-# Trainer v2's and JobSet's (kubeflow-system) and KServe's (kserve) own workloads come from their
-# upstream manifests, which this platform does not author (set [] to check them too). KServe v0.20.0's
-# release manifest alone has 7 violations there (tags without digests, a DaemonSet that is not
-# restricted, a container without limits, a literal under a secret-like env name).
+# Trainer v2's and JobSet's (kubeflow-system), KServe's (kserve) and csi-driver-nfs's (kube-system, from
+# its chart, a prerequisites stack's) own workloads come from their upstream manifests, which this
+# platform does not author (set [] to check them too). KServe v0.20.0's release manifest alone has 7
+# violations there (tags without digests, a DaemonSet that is not restricted, a container without
+# limits, a literal under a secret-like env name).
 EXCLUDE_NAMESPACES = {
     "excludeNamespaces": {
         "type": "array",
         "items": {"type": "string"},
-        "default": ["kubeflow", "kubeflow-system", "kserve"],
+        "default": ["kubeflow", "kubeflow-system", "kserve", "kube-system"],
         "description": "Namespaces whose objects this policy does not check.",
     }
 }
@@ -158,7 +159,18 @@ def policies() -> list[Policy]:
         resource_policy(
             "pod-security-restricted",
             "Pods meet the Pod Security Standards 'restricted' profile.",
-            lambda obj, _: guardrails.pod_security_restricted(obj),
+            lambda obj, config: guardrails.pod_security_restricted(obj, config["privilegedNamespaces"]),
+            {
+                "privilegedNamespaces": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "default": ["nfs-system"],
+                    "description": "Namespaces whose pods this policy lets run privileged: nfs-system "
+                    "holds a prerequisites stack's in-kernel NFS server, which must be (the namespace "
+                    "enforces Pod Security 'privileged' and its annotation says why); the other "
+                    "policies still check it.",
+                }
+            },
         ),
         resource_policy(
             "no-secret-literals-in-env",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,10 +172,12 @@ class Rendering:
     @property
     def external(self) -> list[Registration]:
         """Remote components applied by the provider itself (the operator's and Trainer v2's kustomize
-        overlays, KServe's release manifest), by name: the mock runtime registers a program's resources
-        in no fixed order."""
+        overlays, KServe's release manifest, csi-driver-nfs's Helm chart), by name: the mock runtime
+        registers a program's resources in no fixed order."""
         found = [
-            r for r in self.registrations if r.type.startswith(("kubernetes:kustomize", "kubernetes:yaml"))
+            r
+            for r in self.registrations
+            if r.type.startswith(("kubernetes:kustomize", "kubernetes:yaml", "kubernetes:helm.sh"))
         ]
         return sorted(found, key=lambda r: r.name)
 
@@ -273,6 +276,13 @@ def to_yaml(rendering: Rendering) -> str:
         "# Secret values are redacted.",
     ]
     for reg in rendering.external:
+        if reg.type.startswith("kubernetes:helm.sh"):
+            header.append(f"# Also applied (Helm chart, server-side): {reg.inputs.get('chart')}")
+            header.append(
+                f"#   into namespace {reg.inputs.get('namespace')} with values "
+                f"{json.dumps(reg.inputs.get('values'), sort_keys=True)} (see infra/program/prerequisites.py)"
+            )
+            continue
         if reg.type.startswith("kubernetes:yaml"):
             header.append(f"# Also applied (manifest, server-side): {reg.inputs.get('file')}")
             header.append(

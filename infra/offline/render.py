@@ -204,7 +204,7 @@ def summary(rendering: Rendering, view: ClusterView) -> str:
         (
             r.type.split(":")[1].split("/")[0],
             r.name,
-            f"source={r.inputs.get('directory') or r.inputs.get('file')}",
+            f"source={r.inputs.get('directory') or r.inputs.get('file') or r.inputs.get('chart')}",
         )
         for r in rendering.external
     ]

@@ -84,6 +84,11 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
 
     if settings.stack_role == "platform":
         return build_platform(settings)
+    if settings.stack_role == "prerequisites":
+        from infra.program.prerequisites import build_prerequisites
+
+        assert credentials is not None  # checks.prerequisites: the stack's MinIO keys are set
+        return build_prerequisites(settings, credentials)
     namespace = _namespace(settings)
     if has_budget(settings):
         NamespaceBudget("budget", settings, namespace)

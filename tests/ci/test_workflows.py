@@ -304,9 +304,10 @@ def test_every_cloud_stack_is_previewed_and_deployed(workflow, command):
         assert caller["with"]["command"] == command, name
         assert not set(stacks) & set(_matrix(caller)), name
         stacks |= _matrix(caller)
-    # dev is a local cluster (kind, minikube): rendered offline, never deployed from CI.
+    # dev and its prerequisites are a local cluster's (kind, minikube): rendered offline, never deployed
+    # from CI.
     assert stacks == {**PLATFORM, **JOBS}
-    assert set(stacks) | {"dev"} == set(stack_names())
+    assert set(stacks) | {"dev", "dev-prereqs"} == set(stack_names())
 
 
 def _needs(job: dict) -> set[str]:

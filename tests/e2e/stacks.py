@@ -1,12 +1,13 @@
 """The stacks the cluster tier deploys, as config mappings (the same keys as `stacks/Pulumi.*.yaml`).
 
 Built from the `dev` stack's file, so the job stack is its twin: the same storage (NFS CSI against the
-in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with five differences a fresh
+in-cluster NFS server), MinIO endpoint, bucket and trainer settings, with four differences a fresh
 throwaway cluster needs: its own namespace, role `job` (the operator comes from the platform stack),
-S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret, the NFS share
-`/` (the fixtures' server exports its directory as the NFSv4 root; see tests/e2e/fixtures/cluster.py),
-and `jobImagePullPolicy: IfNotPresent` (an image loaded into kind has no registry to pull from).
-tests/e2e_static renders each of them offline and validates every object.
+S3 keys as secret config (the stack makes the Secret) instead of a pre-made Secret, and
+`jobImagePullPolicy: IfNotPresent` (an image loaded into kind has no registry to pull from). The
+cluster's prerequisites are the `dev-prereqs` stack's, with the tier's trainer image and keys
+(tests/e2e/fixtures/cluster.py). tests/e2e_static renders each of them offline and validates every
+object.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ SEED_NAMESPACE = "ddp-mnist-e2e-seed"
 QUEUE = "e2e"
 CLUSTER_QUEUE = "e2e-cluster-queue"
 WAIT_S = 1800
-NFS_SHARE = "/"
 
 
 def _key(name: str) -> str:
@@ -38,6 +38,15 @@ def platform_config(image: str) -> dict[str, str]:
     }
 
 
+def prerequisites_config(image: str, access_key: str, secret_key: str) -> dict[str, str]:
+    """The `dev-prereqs` stack with the tier's trainer image (its fill Job) and MinIO's root keys."""
+    config = dict(load_stack("dev-prereqs").values)
+    config.update(
+        {_key("jobImage"): image, _key("minioAccessKey"): access_key, _key("minioSecretKey"): secret_key}
+    )
+    return config
+
+
 def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -> dict[str, str]:
     """The dev stack's twin as a job stack (see the module docstring); `overrides` by key name."""
     config = dict(load_stack("dev").values)
@@ -46,7 +55,6 @@ def job_config(image: str, access_key: str, secret_key: str, **overrides: str) -
         {
             _key("stackRole"): "job",
             _key("namespace"): JOB_NAMESPACE,
-            _key("nfsShare"): NFS_SHARE,
             _key("operatorInstall"): "false",
             _key("operatorInitContainerRestricted"): "true",
             _key("minioAccessKey"): access_key,

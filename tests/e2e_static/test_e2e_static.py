@@ -24,16 +24,17 @@ import yaml
 from infra.offline.admission import Namespace, admit
 from infra.offline.crd import crd_validator
 from infra.offline.effective import EffectivePod
-from infra.offline.manifest import RecordingMocks, _RecordingMonitor
+from infra.offline.manifest import RecordingMocks, _RecordingMonitor, normalise
 from infra.offline.render import is_builtin, unchecked_kinds, validation_errors
 from infra.offline.stackconfig import ROOT
+from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
 from tests import conftest as root_conftest
 from tests.e2e import judge, live, project
 from tests.e2e.fixtures import cluster
 from tests.e2e.image import image_reference
 from tests.e2e.model import modelled, modelled_pod, rendered
 from tests.e2e.preflight import missing_prerequisite
-from tests.e2e.stacks import indexed_config, job_config, platform_config, seed_config
+from tests.e2e.stacks import indexed_config, job_config, platform_config, prerequisites_config, seed_config
 
 RECORDED = Path(__file__).parent / "recorded"
 CRDS = ROOT.parent / "shared" / "k8s" / "crds"
@@ -42,6 +43,7 @@ LIVE_WORKER = yaml.safe_load((RECORDED / "mnist-r1-worker-0.yaml").read_text())
 IMAGE = LIVE_WORKER["spec"]["containers"][0]["image"]
 KEYS = ("e2eAKIA", "s3cr3t")
 STACKS = {
+    "e2e-prerequisites": prerequisites_config(IMAGE, *KEYS),
     "e2e-platform": platform_config(IMAGE),
     "e2e-job": job_config(IMAGE, *KEYS),
     "e2e-job-edited": job_config(IMAGE, *KEYS, jobCpuLimit="2"),
@@ -165,11 +167,34 @@ def test_every_stack_under_test_renders_valid_objects_and_admitted_pods(name):
     assert modelled(name, STACKS[name]).admission.refusals == []
 
 
+@functools.cache
+def _fixtures_program() -> tuple[RecordingMocks, dict]:
+    """The fixtures program under the mock runtime: its registrations and its stack outputs."""
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="fixtures", stack="fixtures", monitor=_RecordingMonitor(mocks))
+    outputs: dict = {}
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output:
+        exported = cluster.resources(cluster.Fixtures(IMAGE, *KEYS))
+        return pulumi.Output.all(**{k: pulumi.Output.from_input(v) for k, v in exported.items()}).apply(
+            outputs.update
+        )
+
+    run()
+    return mocks, outputs
+
+
 def _fixtures_objects() -> list[dict]:
+    """Every object the fixtures program writes itself (the chart's and Kueue's are upstream's)."""
+    mocks, _ = _fixtures_program()
     return [
-        *cluster.nfs_server_objects(),
-        *cluster.minio_objects(cluster.Fixtures(IMAGE, *KEYS), ["https://mirror.example/mnist/"]),
-        *cluster.kueue_queue_objects(),
+        normalise(r.inputs)
+        for r in mocks.registrations
+        if r.custom
+        and r.type.startswith("kubernetes:")
+        and "kind" in r.inputs
+        and r.name.startswith(("minio", "nfs", "mnist", "clusterqueue", "resourceflavor"))
     ]
 
 
@@ -180,37 +205,45 @@ def test_the_fixture_objects_pass_the_strict_schemas():
     assert sorted(o["kind"] for o in objects if not is_builtin(o)) == ["ClusterQueue", "ResourceFlavor"]
 
 
+def test_the_fixtures_are_the_shipped_prerequisites_stack_plus_kueue():
+    """Not a copy: the dev-prereqs stack's objects, as `pulumi up` of it creates them, with the tier's
+    image and keys (the stack's name is the instance label), then Kueue's queue objects."""
+    shipped = rendered("e2e-prerequisites", STACKS["e2e-prerequisites"]).objects
+    instance = "app.kubernetes.io/instance"
+
+    def unlabelled(obj: dict) -> dict:
+        obj = copy.deepcopy(obj)
+        for meta in (obj["metadata"], obj.get("spec", {}).get("template", {}).get("metadata", {})):
+            meta.get("labels", {}).pop(instance, None)
+        return obj
+
+    key = lambda o: (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])  # noqa: E731
+    ours = sorted((unlabelled(o) for o in _fixtures_objects() if is_builtin(o)), key=key)
+    assert ours == sorted((unlabelled(o) for o in shipped), key=key)
+
+
 def test_the_fixtures_pin_every_image_and_source_at_a_release():
     images = [
         c["image"]
         for o in _fixtures_objects()
         for c in o.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
     ]
-    assert images == [cluster.NFS_SERVER_IMAGE, cluster.MINIO_IMAGE, IMAGE]
-    assert all(":" in i.rsplit("/", 1)[-1] and not i.endswith(":latest") for i in images)
-    assert "@sha256:" in cluster.MINIO_IMAGE
-    assert "/v4.11.0/" in cluster.CSI_DRIVER_NFS_CHART and "/download/v0.19.2/" in cluster.KUEUE_MANIFESTS
+    assert sorted(images) == sorted([NFS_SERVER_IMAGE, MINIO_IMAGE, IMAGE])
+    assert all("@sha256:" in i for i in (NFS_SERVER_IMAGE, MINIO_IMAGE))
+    assert "/v4.11.0/" in NFS_CSI_CHART and "/download/v0.19.2/" in cluster.KUEUE_MANIFESTS
 
 
 def test_the_fixtures_program_registers_the_pinned_sources_and_the_objects_checked_here():
-    mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="fixtures", stack="fixtures", monitor=_RecordingMonitor(mocks))
-
-    @pulumi.runtime.test
-    def run() -> None:
-        cluster.program(cluster.Fixtures(IMAGE, *KEYS))
-
-    run()
+    mocks, outputs = _fixtures_program()
     by_type = {r.type: r for r in mocks.registrations}
-    assert by_type["kubernetes:helm.sh/v4:Chart"].inputs["chart"] == cluster.CSI_DRIVER_NFS_CHART
+    assert by_type["kubernetes:helm.sh/v4:Chart"].inputs["chart"] == NFS_CSI_CHART
     assert by_type["kubernetes:yaml/v2:ConfigFile"].inputs["file"] == cluster.KUEUE_MANIFESTS
-    names = {r.name for r in mocks.registrations if r.custom}
-    expected = {cluster._name(o) for o in _fixtures_objects()}
-    assert expected <= names
-    fill = next(r for r in mocks.registrations if r.name == "job-minio-mnist")
-    assert set(fill.options.dependencies) >= {"deployment-minio", "service-minio", "secret-minio-root"}
+    fill = next(r for r in mocks.registrations if r.name == "mnist-bucket-job")
+    assert set(fill.options.dependencies) >= {"minio-deployment", "minio-service", "minio-secret"}
     queue = next(r for r in mocks.registrations if r.name == f"clusterqueue-{cluster.CLUSTER_QUEUE}")
     assert set(queue.options.dependencies) >= {"kueue", f"resourceflavor-{cluster.RESOURCE_FLAVOR}"}
+    assert outputs["mnistBucket"] == f"s3://{cluster.BUCKET}/{cluster.PREFIX}"
+    assert not any(KEYS[1] in str(v) or KEYS[0] in str(v) for v in outputs.values())
 
 
 def test_the_reader_pod_is_valid_and_admitted_under_restricted():

@@ -8,9 +8,12 @@ from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import StackConfig, from_mapping, load_stack, stack_names
 from infra.program.settings import PROJECT
 
-# Stacks that run a training job (a platform stack only installs the cluster-level operator).
-JOB_STACKS = [s for s in stack_names() if load_stack(s).values.get(f"{PROJECT}:stackRole") != "platform"]
-PLATFORM_STACKS = sorted(set(stack_names()) - set(JOB_STACKS))
+# Stacks that run a training job (a platform stack only installs the cluster-level operator, a
+# prerequisites stack what a bare dev cluster lacks).
+ROLES = {s: load_stack(s).values.get(f"{PROJECT}:stackRole", "all") for s in stack_names()}
+JOB_STACKS = [s for s, role in ROLES.items() if role in ("all", "job")]
+PLATFORM_STACKS = [s for s, role in ROLES.items() if role == "platform"]
+PREREQUISITE_STACKS = [s for s, role in ROLES.items() if role == "prerequisites"]
 
 # The smallest valid config: the default storage preset (nfs-csi) needs a server. Without a seed Job
 # or the post-install smoke check, so that the training job is the stack's only workload (tests of the

@@ -208,7 +208,7 @@ BAD_CONFIGS = [
     ),
     (
         {"stackRole": "cluster"},
-        "config ddp-mnist:stackRole=cluster is invalid: must be one of 'all', 'platform' or 'job'",
+        "config ddp-mnist:stackRole=cluster is invalid: must be one of 'all', 'platform', 'job' or 'prerequisites'",
     ),
     (
         {"reattachRetained": True, "checkpointVolumeRetain": False},

@@ -88,7 +88,7 @@ def test_policies_are_mandatory_but_one_advisory_and_named():
     budget = policies["job-size-within-budget"].config_schema
     assert budget is not None
     assert {k: v.get("default") for k, v in budget.properties.items()} == {
-        "excludeNamespaces": ["kubeflow", "kubeflow-system", "kserve"],
+        "excludeNamespaces": ["kubeflow", "kubeflow-system", "kserve", "kube-system"],
         "maxNodes": 16,
         "maxGpus": 64,
     }

@@ -6,7 +6,17 @@ decides the error a config breaking several rules is reported with.
 
 from __future__ import annotations
 
-from infra.program.checks import budget, job, operators, queue, s3, serving, storage, trainer_v2
+from infra.program.checks import (
+    budget,
+    job,
+    operators,
+    prerequisites,
+    queue,
+    s3,
+    serving,
+    storage,
+    trainer_v2,
+)
 from infra.program.checks.errors import Check, ConfigError
 from infra.program.settings import Settings
 
@@ -16,6 +26,7 @@ CHECKS: tuple[Check, ...] = (
     job.gpus,
     job.batch,
     job.names,
+    prerequisites.prerequisites,
     storage.storage,
     job.resources,
     s3.object_store,

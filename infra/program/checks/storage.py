@@ -10,8 +10,8 @@ from infra.program.settings import Settings, parse_quantity
 
 
 def storage(s: Settings, _: bool) -> Iterator[ConfigError]:
-    if s.stack_role == "platform":
-        return  # a platform stack creates no storage
+    if s.stack_role in ("platform", "prerequisites"):
+        return  # a platform stack creates no storage; a prerequisites stack's rules are its own
     provider = s.storage_provider
     if provider == "nfs-csi" and not s.nfs_server:
         yield ConfigError(

@@ -31,6 +31,7 @@ from infra.program.settings.operators import (
     TrainerV2Settings,
 )
 from infra.program.settings.pods import JobPlacementSettings, JobResourceSettings, JobUserSettings
+from infra.program.settings.prerequisites import PrerequisitesSettings
 from infra.program.settings.queue import QueueSettings
 from infra.program.settings.s3 import S3Settings
 from infra.program.settings.seed import SeedSettings
@@ -57,6 +58,7 @@ __all__ = [
 # order is the order of Pulumi.yaml's `config:` block and of validation (the first bad key is the
 # one reported): the groups are listed last key first, so that ClusterSettings' keys lead.
 class Settings(
+    PrerequisitesSettings,
     KServeSettings,
     ServingSettings,
     JobUserSettings,
@@ -82,7 +84,7 @@ class Settings(
     @property
     def smoke_checks(self) -> tuple[bool, bool]:
         """(PyTorchJob check, TrainJob check): on where the stack installs that operator and the key is on."""
-        on = self.operator_smoke_check and self.stack_role != "job"
+        on = self.operator_smoke_check and self.stack_role in ("all", "platform")
         return on and self.operator_install, on and self.trainer_install
 
     @property

@@ -17,12 +17,14 @@ STACK_REFERENCE = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)
 class ClusterSettings(SettingsGroup):
     """What the stack owns, its namespace and the Kubernetes version it targets."""
 
-    stack_role: Literal["all", "platform", "job"] = key(
+    stack_role: Literal["all", "platform", "job", "prerequisites"] = key(
         "stackRole",
         "all",
         "What this stack owns: 'platform' the cluster-level parts (the training operator and its CRDs, "
         "one platform stack per cluster), 'job' one environment (namespace, storage, credentials, job; "
-        "the operator comes from the platform stack), 'all' both (a cluster with a single environment).",
+        "the operator comes from the platform stack), 'all' both (a cluster with a single environment), "
+        "'prerequisites' what a bare dev cluster lacks (an NFS server and csi-driver-nfs, MinIO filled "
+        "with MNIST; docs/PREREQUISITES.md).",
     )
     platform_stack: str = key(
         "platformStack",
