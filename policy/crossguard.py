@@ -66,10 +66,11 @@ def k8s_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any] |
     """A Kubernetes resource's properties as the object the API server receives; None for others.
 
     `kubernetes:batch/v1:Job` -> apiVersion batch/v1, kind Job (`core/v1` is plain `v1`), when the
-    properties do not carry them already.
+    properties do not carry them already. A `*Patch` resource (a server-side apply of some fields of an
+    object the stack does not own, e.g. operatorPatchExisting's) is no whole object: None.
     """
     parts = resource_type.split(":")
-    if len(parts) != 3 or parts[0] != "kubernetes" or "/" not in parts[1]:
+    if len(parts) != 3 or parts[0] != "kubernetes" or "/" not in parts[1] or parts[2].endswith("Patch"):
         return None
     obj: dict[str, Any] = plain(props)
     api_version = parts[1][len("core/") :] if parts[1].startswith("core/") else parts[1]

@@ -250,6 +250,12 @@ def with_offline_platform(settings: Settings, stack: str, has_keys: bool) -> Set
     return platform.take(settings, platform.offline_facts(settings.platform_stack), stack, has_keys)
 
 
+def is_patch(registration: Registration) -> bool:
+    """A server-side apply patch of an object the stack does not create (`*Patch` types): a partial
+    object, left out of the rendered objects and named in the header instead."""
+    return registration.type.startswith("kubernetes:") and registration.type.endswith("Patch")
+
+
 def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering:
     from infra.program.config import settings_from_raw
 
@@ -258,7 +264,7 @@ def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering
     objects = [
         _as_object(r)
         for r in mocks.registrations
-        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs
+        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs and not is_patch(r)
     ]
     return Rendering(
         stack=stack.name,
@@ -300,6 +306,13 @@ def to_yaml(rendering: Rendering) -> str:
             header.append(
                 "#   with its operator Deployment configured by this stack (init container template and "
                 "images; see infra/program/training_operator.py)"
+            )
+    for reg in rendering.registrations:
+        if is_patch(reg):
+            meta = reg.inputs.get("metadata", {})
+            header.append(
+                f"# Also patched (server-side apply, existing object): {reg.inputs.get('kind')} "
+                f"{meta.get('namespace')}/{meta.get('name')} (see infra/program/operator_patch.py)"
             )
     body = yaml.safe_dump_all(
         rendering.objects, sort_keys=True, default_flow_style=False, explicit_start=True, width=120

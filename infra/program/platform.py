@@ -49,13 +49,16 @@ def facts(settings: Settings) -> dict[str, Any] | None:
     if settings.stack_role == "job":
         return None
     operator = None
-    if settings.operator_install:
+    if settings.operator_install or settings.operator_patch_existing:
+        # The install and the patch of an existing operator (operator_patch.py) both give it the
+        # restricted template (training_operator.py); a patched operator's version is its own.
         operator = {
-            "version": settings.operator_version,
+            "version": settings.operator_version if settings.operator_install else "",
             "initContainerImage": settings.operator_init_container_image,
-            # The install always gives the operator the restricted template (training_operator.py).
             "initContainerRestricted": True,
         }
+        if settings.operator_patch_existing:
+            operator["patched"] = f"{settings.operator_existing_namespace}/{settings.operator_existing_name}"
     return {
         "schema": SCHEMA,
         "project": PROJECT,

@@ -15,6 +15,7 @@ from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
 from infra.program.kserve import KServe
 from infra.program.meta import JOB_LABEL, job_names, labels
+from infra.program.operator_patch import ExistingOperatorPatch
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
 from infra.program.serving import ModelServer, serve_example
@@ -52,10 +53,15 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
         "stackRole": settings.stack_role,
         platform.OUTPUT: platform.facts(settings),
     }
-    operator = trainer = None
+    operator: TrainingOperator | ExistingOperatorPatch | None = None
+    trainer = None
     if settings.operator_install:
         operator = TrainingOperator("training-operator", settings)
         outputs["operatorSource"] = operator.source
+        outputs["operatorInitContainerImage"] = settings.operator_init_container_image
+    elif settings.operator_patch_existing:
+        operator = ExistingOperatorPatch("training-operator-patch", settings)
+        outputs["operatorPatched"] = operator.deployment
         outputs["operatorInitContainerImage"] = settings.operator_init_container_image
     if settings.trainer_install:
         trainer = TrainerV2("trainer-v2", settings)
@@ -67,9 +73,9 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
 
 
 def smoke_checks(
-    settings: Settings, operator: TrainingOperator | None, trainer: TrainerV2 | None
+    settings: Settings, operator: TrainingOperator | ExistingOperatorPatch | None, trainer: TrainerV2 | None
 ) -> dict[str, pulumi.Input[object]]:
-    """The post-install smoke check of the operators this stack installs (operatorSmokeCheck): its
+    """The post-install smoke check of the operators this stack installs or patches (operatorSmokeCheck): its
     outcomes, exported so that `pulumi up` awaits them and fails on a failed check."""
     pytorchjob, trainjob = settings.smoke_checks
     if not (pytorchjob or trainjob):
@@ -113,9 +119,13 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
             queue=queue,  # queued like the training job, once its LocalQueue exists
         )
         after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
-    operator = trainer = None
+    operator: TrainingOperator | ExistingOperatorPatch | None = None
+    trainer = None
     if settings.operator_install:
         operator = TrainingOperator("training-operator", settings)
+        after += (operator,)
+    elif settings.operator_patch_existing:
+        operator = ExistingOperatorPatch("training-operator-patch", settings)
         after += (operator,)
     if settings.trainer_install:
         trainer = TrainerV2("trainer-v2", settings)

@@ -1,4 +1,5 @@
-"""The Kubeflow training operator, installed from a pinned kustomize overlay (or assumed present).
+"""The Kubeflow training operator, installed from a pinned kustomize overlay (or assumed present, or
+patched in place: operator_patch.py).
 
 Upstream v1.9.4 appends an init container `init-pytorch` to every PyTorchJob Worker pod
 (`pkg/controller.v1/pytorch/initcontainer.go`): image `alpine:3.10` by tag, no securityContext, so a
@@ -99,6 +100,33 @@ def operator_source(settings: Settings) -> str:
     return kustomize_source(settings.operator_source) or f"{UPSTREAM}?ref={settings.operator_version}"
 
 
+TEMPLATE_VOLUME = "pytorch-init-container-template"
+
+
+def restricted_template(image: str | None = None) -> str:
+    """The restricted init container template; with `image`, that image written in place of
+    `{{.InitContainerImage}}`, for an operator whose `--pytorch-init-container-image` this project
+    does not set (upstream's default is alpine:3.10: v1.9.4 `pkg/config/config.go`)."""
+    if image is None:
+        return RESTRICTED_INIT_CONTAINER_TEMPLATE
+    return RESTRICTED_INIT_CONTAINER_TEMPLATE.replace("{{.InitContainerImage}}", image)
+
+
+def template_volume() -> dict[str, Any]:
+    """The pod volume projecting the template annotation to `initContainer.yaml` (downward API)."""
+    field = f"metadata.annotations['{TEMPLATE_ANNOTATION}']"
+    return {
+        "name": TEMPLATE_VOLUME,
+        "downwardAPI": {"items": [{"path": TEMPLATE_FILE, "fieldRef": {"fieldPath": field}}]},
+    }
+
+
+def template_mount() -> dict[str, Any]:
+    """The operator container's mount of `template_volume` at `/etc/config`, where upstream's
+    `--pytorch-init-container-template-file` looks by default (v1.9.4 `pkg/config/config.go`)."""
+    return {"name": TEMPLATE_VOLUME, "mountPath": TEMPLATE_DIR, "readOnly": True}
+
+
 def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """The operator Deployment with our init container template and images (a new dict)."""
     import copy
@@ -106,26 +134,12 @@ def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str,
     deployment = copy.deepcopy(props)
     template = deployment["spec"]["template"]
     template.setdefault("metadata", {}).setdefault("annotations", {})[TEMPLATE_ANNOTATION] = (
-        RESTRICTED_INIT_CONTAINER_TEMPLATE
+        restricted_template()
     )
     pod = template["spec"]
-    pod.setdefault("volumes", []).append(
-        {
-            "name": "pytorch-init-container-template",
-            "downwardAPI": {
-                "items": [
-                    {
-                        "path": TEMPLATE_FILE,
-                        "fieldRef": {"fieldPath": f"metadata.annotations['{TEMPLATE_ANNOTATION}']"},
-                    }
-                ]
-            },
-        }
-    )
+    pod.setdefault("volumes", []).append(template_volume())
     container = next(c for c in pod["containers"] if c["name"] == OPERATOR_DEPLOYMENT)
-    container.setdefault("volumeMounts", []).append(
-        {"name": "pytorch-init-container-template", "mountPath": TEMPLATE_DIR, "readOnly": True}
-    )
+    container.setdefault("volumeMounts", []).append(template_mount())
     container["args"] = [
         *container.get("args", []),
         f"--pytorch-init-container-image={settings.operator_init_container_image}",

@@ -11,7 +11,7 @@ API server, controllers and training operator, in this order:
 5. the pods the real operator and Job controller created, as the API server admitted them, equal the
    offline model's (infra/offline/effective) field by field for what it covers;
 6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them;
-17. a job stack whose declaration its platform stack contradicts (`platformStack`) is refused by the
+18. a job stack whose declaration its platform stack contradicts (`platformStack`) is refused by the
     preview and by `up`, with one line naming both stacks, and registers nothing.
 
 The job stack names the platform stack (`platformStack`) and declares nothing it takes from it: the
@@ -160,7 +160,7 @@ def test_6_destroy_keeps_the_claim_and_reattaching_imports_it(job: dict) -> None
     assert live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
 
 
-def test_17_a_job_stack_its_platform_contradicts_is_refused_with_one_line(
+def test_18_a_job_stack_its_platform_contradicts_is_refused_with_one_line(
     backend: Backend, platform: dict
 ) -> None:
     config = job_config(

@@ -8,7 +8,7 @@ infra/offline/realcluster/sources.py):
     real Trainer controller makes the JobSet, JobSet its Jobs, the Job controller their pods, and the
     TrainJob completes; the pods, as the API server admitted them, equal the offline model's field by
     field; a second `up` and a preview after `refresh` change nothing;
-18. the policy pack (`--policy-pack policy`, the real CLI) passes the platform stack in gke-platform's
+19. the policy pack (`--policy-pack policy`, the real CLI) passes the platform stack in gke-platform's
     shape (the operator, Trainer v2 with JobSet, KServe: every object of their upstream manifests), and
     refuses KServe's own workloads once `excludeNamespaces` no longer skips them.
 """
@@ -102,7 +102,7 @@ def test_12_a_trainjob_stack_seeds_trains_through_jobset_and_changes_nothing_aft
     assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
 
 
-def test_18_the_policy_pack_passes_the_platform_stack_in_gke_platforms_shape(
+def test_19_the_policy_pack_passes_the_platform_stack_in_gke_platforms_shape(
     platform: dict, platform_v2: dict, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     if platform["config"].get("ddp-mnist:kserveInstall") != "true":  # this module run alone

@@ -198,6 +198,8 @@ def test_type_tokens_become_api_versions():
     assert crossguard.k8s_object("kubernetes:kubeflow.org/v1:PyTorchJob", {})["kind"] == "PyTorchJob"
     assert crossguard.k8s_object("pulumi:providers:kubernetes", {}) is None
     assert crossguard.k8s_object("aws:s3/bucket:Bucket", {}) is None
+    patch = {"kind": "Deployment", "metadata": {"name": "training-operator", "namespace": "ml-platform"}}
+    assert crossguard.k8s_object("kubernetes:apps/v1:DeploymentPatch", patch) is None
 
 
 def test_shared_claims_policy_blames_the_claim():

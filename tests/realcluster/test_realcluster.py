@@ -14,7 +14,7 @@ import yaml
 from infra.offline.realcluster import build, fleet
 from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
 from infra.offline.realcluster.components import egress_config as _egress_config
-from infra.offline.realcluster.operators import MANAGER_CONFIG, _manager_config
+from infra.offline.realcluster.operators import MANAGER_CONFIG, _manager_config, _training_operator_flags
 from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
 from infra.offline.realcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts
 from infra.offline.realcluster.standins import field_value as _field
@@ -256,6 +256,30 @@ def test_a_stand_ins_mounts_land_in_its_own_tmp_and_run_or_under_tmp_mounts(tmp_
     assert local.seen_at("/etc/config") == "/tmp/.mounts/etc/config"
     assert local.seen_at("/controller_manager_config.yaml") == "/tmp/.mounts/controller_manager_config.yaml"
     assert local.path("/etc/config") == tmp_path / "pod" / "root" / "tmp" / ".mounts" / "etc" / "config"
+
+
+@pytest.mark.parametrize(
+    ("args", "template_flag"),
+    [
+        # Kubeflow's Deployment (no args): the operator reads the flag's default path, where a pod sees
+        # its /etc/config mount (operatorPatchExisting); this process sees it under /tmp/.mounts.
+        ([], "--pytorch-init-container-template-file=/tmp/.mounts/etc/config/initContainer.yaml"),
+        # The stack's install passes the flag itself (rewritten to the same place by the stand-in).
+        (["--pytorch-init-container-template-file=/etc/config/initContainer.yaml"], None),
+    ],
+)
+def test_the_training_operator_reads_its_template_where_its_pod_would(tmp_path, args, template_flag):
+    pod = {
+        "metadata": {"name": "m", "namespace": "kubeflow"},
+        "spec": {"containers": [{"name": "training-operator", "args": args}]},
+    }
+    flags = _training_operator_flags(LocalPod(pod, {8080: 30001, 8081: 30002, 9443: 30003}, tmp_path / "pod"))
+    assert flags[:3] == [
+        "--metrics-bind-address=127.0.0.1:30001",
+        "--health-probe-bind-address=127.0.0.1:30002",
+        "--webhook-server-port=30003",
+    ]
+    assert flags[3:] == ([template_flag] if template_flag else [])
 
 
 def test_the_managers_config_listens_on_loopback_at_the_local_ports_and_keeps_the_rest(tmp_path):

@@ -9,15 +9,26 @@ import yaml
 
 from infra.offline.realcluster.standins import LocalPod, StandIn
 
+# The operator's init container template flag and its default path (v1.9.4 pkg/config/config.go).
+TEMPLATE_FLAG = "--pytorch-init-container-template-file"
+TEMPLATE_DEFAULT = "/etc/config/initContainer.yaml"
+
 
 def _training_operator_flags(pod: LocalPod) -> list[str]:
     # The webhook server's host is not settable in v1.9.4 (cmd/training-operator.v1/main.go:
     # webhook.NewServer(webhook.Options{Port: ...})): it listens on every interface, at a free port.
-    return [
+    flags = [
         f"--metrics-bind-address=127.0.0.1:{pod.ports[8080]}",
         f"--health-probe-bind-address=127.0.0.1:{pod.ports[8081]}",
         f"--webhook-server-port={pod.ports[9443]}",
     ]
+    # Without the flag the operator reads the default path, where a pod sees a mount at /etc/config
+    # and this process sees it under /tmp/.mounts (standins.py): the flag says so. With no such mount
+    # the file is missing here as in a pod, and the operator falls back to upstream's template.
+    container = next(c for c in pod.pod["spec"]["containers"] if c["name"] == "training-operator")
+    if not any(a.startswith(TEMPLATE_FLAG) for a in container.get("args", [])):
+        flags.append(f"{TEMPLATE_FLAG}={pod.seen_at(TEMPLATE_DEFAULT)}")
+    return flags
 
 
 def _kserve_flags(pod: LocalPod) -> list[str]:

@@ -3,6 +3,8 @@ instead of fetching them from GitHub (`operatorSource`, `trainerSource` point at
 
 - The training operator v1.9.4: its module's `manifests/overlays/standalone`, as it is.
 - KServe v0.20.0: its release manifest, built from the module as upstream builds it (`kserveSource`).
+- csi-driver-nfs v4.11.0's Helm chart (`nfsCsiChart` of the prerequisites stack): upstream's archive,
+  kept in `charts/` (the module proxy does not serve that repository) and checked by its sha256.
 - Kubeflow Trainer v2.3.0: a mirror of its module's `manifests/` in which `third-party/jobset` takes
   JobSet v0.12.0's manifests from the JobSet module (`config/default`, what its release manifest is
   built from) instead of GitHub's release download: the mirror `trainerSource` documents for an
@@ -11,6 +13,7 @@ instead of fetching them from GitHub (`operatorSource`, `trainerSource` point at
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import stat
@@ -27,6 +30,20 @@ OPERATOR_MODULE = "github.com/kubeflow/training-operator"
 KSERVE_MODULE = "github.com/kserve/kserve"
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_MODULE = "sigs.k8s.io/jobset"
+
+
+CHARTS = Path(__file__).resolve().parent / "charts"
+CSI_DRIVER_NFS_CHART = "csi-driver-nfs-4.11.0.tgz"
+CSI_DRIVER_NFS_SHA256 = "e44bcd7f6934fe6cb07194a1b6e780ca4a428c5d37330a9db2bfa7a9300c8da5"
+
+
+def csi_driver_nfs_chart() -> Path:
+    """csi-driver-nfs v4.11.0's chart archive, as upstream publishes it at the tag (charts/README.md)."""
+    chart = CHARTS / CSI_DRIVER_NFS_CHART
+    digest = hashlib.sha256(chart.read_bytes()).hexdigest() if chart.is_file() else "missing"
+    if digest != CSI_DRIVER_NFS_SHA256:
+        raise ClusterError(f"sources: {chart}: sha256 {digest}, not upstream's {CSI_DRIVER_NFS_SHA256}")
+    return chart
 
 
 def operator_overlay() -> Path:

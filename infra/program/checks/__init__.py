@@ -38,6 +38,7 @@ CHECKS: tuple[Check, ...] = (
     queue.kueue,
     job.exit_code_retries,
     operators.stack_role,
+    operators.operator_patch,
     trainer_v2.trainer_install,
     trainer_v2.trainer_kubernetes_version,
     trainer_v2.trainer_source,

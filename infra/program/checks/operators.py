@@ -38,6 +38,7 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
     if (
         workers
         and not s.operator_install
+        and not s.operator_patch_existing  # an 'all' stack that patches the operator itself
         and s.namespace_pod_security == "restricted"
         and not s.operator_init_container_restricted
     ):
@@ -53,7 +54,8 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 
 def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
-    if s.stack_role == "platform" and not (s.operator_install or s.trainer_install or s.kserve_install):
+    installs = s.operator_install or s.operator_patch_existing or s.trainer_install or s.kserve_install
+    if s.stack_role == "platform" and not installs:
         yield ConfigError(
             "operatorInstall",
             False,
@@ -82,6 +84,34 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
     ):
         if adopt and not installs:
             yield ConfigError(flag, True, f"false unless {install_flag} is true (nothing is installed)")
+
+
+def operator_patch(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """Patching the cluster's operator (operator_patch.py) is the platform's business, and only for an
+    operator this stack does not install; the keys naming it are read in that mode alone."""
+    if s.operator_patch_existing and s.operator_install:
+        yield ConfigError(
+            "operatorPatchExisting",
+            True,
+            "false when operatorInstall is true (the stack's own install already carries the restricted "
+            "template); set operatorInstall false to patch an operator installed otherwise (e.g. Kubeflow's)",
+        )
+    if s.operator_patch_existing and s.stack_role == "job":
+        yield ConfigError(
+            "operatorPatchExisting",
+            True,
+            "false when stackRole is job: the cluster's platform stack patches the operator; a job stack "
+            "declares it with operatorInitContainerRestricted true",
+        )
+    for field, alias in (
+        ("operator_existing_namespace", "operatorExistingNamespace"),
+        ("operator_existing_name", "operatorExistingName"),
+    ):
+        value = getattr(s, field)
+        if not s.operator_patch_existing and value != type(s).model_fields[field].default:
+            yield ConfigError(
+                alias, value, "left unset unless operatorPatchExisting is true (only read then)"
+            )
 
 
 def smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:

@@ -83,9 +83,10 @@ class Settings(
 
     @property
     def smoke_checks(self) -> tuple[bool, bool]:
-        """(PyTorchJob check, TrainJob check): on where the stack installs that operator and the key is on."""
+        """(PyTorchJob check, TrainJob check): on where the stack installs (or patches) that operator and
+        the key is on."""
         on = self.operator_smoke_check and self.stack_role in ("all", "platform")
-        return on and self.operator_install, on and self.trainer_install
+        return on and (self.operator_install or self.operator_patch_existing), on and self.trainer_install
 
     @property
     def seeds_data(self) -> bool:

@@ -9,6 +9,8 @@ from infra.program.settings.base import (
     PROJECT,
     SettingsGroup,
     check_pinned_image,
+    dns_label,
+    dns_subdomain,
     key,
     optional_pinned_image,
     release_tag,
@@ -49,8 +51,29 @@ class OperatorSettings(SettingsGroup):
         "operatorInitContainerRestricted",
         False,
         "With operatorInstall false: declare that the operator already present configures its PyTorchJob "
-        "init container to meet Pod Security 'restricted' (as this project's install does). Required for "
-        "a multi-node PyTorchJob in a namespace enforcing 'restricted'.",
+        "init container to meet Pod Security 'restricted' (as this project's install, or a platform "
+        "stack's operatorPatchExisting, configures it). Required for a multi-node PyTorchJob in a "
+        "namespace enforcing 'restricted'.",
+    )
+    operator_patch_existing: bool = key(
+        "operatorPatchExisting",
+        False,
+        "With operatorInstall false, on a platform or 'all' stack: patch the training operator already "
+        "in the cluster (e.g. Kubeflow's, Deployment operatorExistingNamespace/operatorExistingName) with "
+        "this project's restricted init container template and operatorInitContainerImage (a "
+        "server-side apply of its pod template; destroy takes the patch's fields away, never the "
+        "operator). See docs/EXISTING-KUBEFLOW.md.",
+    )
+    operator_existing_namespace: str = key(
+        "operatorExistingNamespace",
+        "kubeflow",
+        "With operatorPatchExisting: the namespace of the operator's Deployment.",
+    )
+    operator_existing_name: str = key(
+        "operatorExistingName",
+        "training-operator",
+        "With operatorPatchExisting: the name of the operator's Deployment (its container keeps "
+        "upstream's name, training-operator).",
     )
 
     @field_validator("operator_version")
@@ -62,6 +85,16 @@ class OperatorSettings(SettingsGroup):
     @classmethod
     def _operator_pinned_image(cls, value: str) -> str:
         return optional_pinned_image(value)
+
+    @field_validator("operator_existing_namespace")
+    @classmethod
+    def _existing_namespace(cls, value: str) -> str:
+        return dns_label(value)
+
+    @field_validator("operator_existing_name")
+    @classmethod
+    def _existing_name(cls, value: str) -> str:
+        return dns_subdomain(value)
 
     @field_validator("operator_init_container_image")
     @classmethod
@@ -82,7 +115,8 @@ class SmokeCheckSettings(SettingsGroup):
     operator_smoke_check: bool = key(
         "operatorSmokeCheck",
         True,
-        "After installing the training operator (and Kubeflow Trainer v2), `pulumi up` runs a tiny "
+        "After installing (or patching, operatorPatchExisting) the training operator (and Kubeflow "
+        "Trainer v2), `pulumi up` runs a tiny "
         "PyTorchJob (a Master and one Worker; and a two-node TrainJob) in the namespace ddp-mnist-smoke, "
         "which it creates enforcing Pod Security 'restricted', and fails with one line naming the cause "
         "unless it succeeds (Worker refused by admission, image not pullable, ...). Needs no GPU; the "
