@@ -29,7 +29,7 @@ $(INFRA_VENV)/.installed: pyproject.toml constraints.txt
 # The policy pack's own environment, where PulumiPolicy.yaml names it (the CLI runs the pack with it).
 $(POLICY_VENV)/.installed: policy/requirements.txt constraints.txt
 	$(PYTHON) -m venv $(POLICY_VENV)
-	$(POLICY_VENV)/bin/pip install -q -r policy/requirements.txt
+	$(POLICY_VENV)/bin/pip install -q -c constraints.txt -r policy/requirements.txt
 	touch $@
 
 $(VENV)/.installed: pyproject.toml constraints.txt

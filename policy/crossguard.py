@@ -42,7 +42,7 @@ EXEMPT_STACKS = {
     "exemptStacks": {
         "type": "array",
         "items": {"type": "string"},
-        "default": ["dev"],
+        "default": ["dev", "dev-prereqs"],
         "description": "Stacks this policy does not check (a local cluster runs images loaded by tag).",
     }
 }

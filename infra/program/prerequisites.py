@@ -233,7 +233,7 @@ def fill_pod(settings: Settings) -> core.PodTemplateSpecArgs:
     container = core.ContainerArgs(
         name=FILL_CONTAINER,
         image=settings.job_image,
-        image_pull_policy=settings.job_image_pull_policy,
+        image_pull_policy=settings.image_pull_policy,
         command=["python", "-m", "trainer.seed"],
         args=fill_args(settings),
         env=env,

@@ -159,10 +159,11 @@ def _pip_installs(text: str) -> list[str]:
 def test_every_install_is_constrained():
     makefile = (ROOT / "Makefile").read_text()
     installs = _pip_installs(makefile)
-    assert len(installs) == 2 and all("-c constraints.txt" in line for line in installs), installs
-    # A new lock reinstalls both environments.
+    assert len(installs) == 3 and all("-c constraints.txt" in line for line in installs), installs
+    # A new lock reinstalls every environment (the policy pack's also when its requirements change).
     for venv in ("$(VENV)", "$(INFRA_VENV)"):
         assert f"{venv}/.installed: pyproject.toml constraints.txt\n" in makefile
+    assert "$(POLICY_VENV)/.installed: policy/requirements.txt constraints.txt\n" in makefile
     # The workflows install .venv-infra only through the Makefile; the policy pack from its requirements.
     workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
     scripts = [

@@ -73,8 +73,19 @@ def backend(local_cluster: cluster.State, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="session")
-def platform(backend: Backend) -> Iterator[dict]:
-    """The platform stack, from an empty cluster: the training operator from its pinned module."""
+def prerequisites(backend: Backend) -> Iterator[dict]:
+    """The prerequisites stack (dev-prereqs), first on the empty cluster: the NFS server, csi-driver-nfs
+    from its pinned chart, MinIO and the Job that fills its bucket."""
+    stack = scenario.stack(backend, "local-prereqs", scenario.prerequisites_config())
+    result = stack.up(on_output=print, show_secrets=False)
+    yield {"stack": stack, "outputs": scenario.outputs(result), "result": result}
+    if not KEEP:
+        stack.destroy(on_output=print)
+
+
+@pytest.fixture(scope="session")
+def platform(backend: Backend, prerequisites: dict) -> Iterator[dict]:
+    """The platform stack, after the prerequisites: the training operator from its pinned module."""
     stack = scenario.stack(backend, "local-platform", scenario.platform_config())
     result = stack.up(on_output=print, show_secrets=False)
     outputs = {key: value.value for key, value in result.outputs.items()}

@@ -21,6 +21,7 @@ from pulumi import automation as auto
 from infra.offline.realcluster import fleet, sources
 from infra.offline.realcluster.build import module_dir
 from infra.offline.realcluster.parts import PARTS
+from infra.offline.stackconfig import load_stack
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import job_config
@@ -31,6 +32,18 @@ KEEP = os.environ.get("E2E_KEEP") == "1"  # leave every stack and namespace for 
 KEYS = ("local-access-key", "local-secret-key-0123456789")
 STAGES = "/apis/kwok.x-k8s.io/v1alpha1/stages"
 PLACEHOLDER = re.compile(r"<[a-z-]+>")
+
+
+def prerequisites_config() -> dict[str, str]:
+    """The dev-prereqs stack's config, with the tier's keys and image, and csi-driver-nfs's chart from
+    the pinned archive the tier keeps (what `nfsCsiChart` points an air-gapped cluster at)."""
+    return {
+        **load_stack("dev-prereqs").values,
+        "ddp-mnist:minioAccessKey": KEYS[0],
+        "ddp-mnist:minioSecretKey": KEYS[1],
+        "ddp-mnist:jobImage": IMAGE,
+        "ddp-mnist:nfsCsiChart": str(sources.csi_driver_nfs_chart()),
+    }
 
 
 def platform_config() -> dict[str, str]:

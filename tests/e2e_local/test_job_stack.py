@@ -1,6 +1,9 @@
-"""The platform stack and a job stack (the dev stack's twin, serving on), against the real engine,
-API server, controllers and training operator, in this order:
+"""The prerequisites stack, the platform stack and a job stack (the dev stack's twin, serving on),
+against the real engine, API server, controllers and training operator, in this order:
 
+0. the prerequisites stack (dev-prereqs) comes up on the empty cluster: the NFS server in its
+   privileged namespace, csi-driver-nfs from its pinned chart, MinIO, the Job that fills its bucket;
+   it serves the addresses the dev stack names;
 1. the platform stack comes up on an empty cluster, its smoke check passes;
 2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
    the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused,
@@ -26,6 +29,7 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
+from infra.offline.stackconfig import load_stack
 from tests.e2e import judge, live
 from tests.e2e.model import modelled, modelled_pod
 from tests.e2e.project import Backend, set_config
@@ -66,6 +70,25 @@ def job(backend: Backend, platform: dict) -> Iterator[dict]:
     if not KEEP:
         stack.destroy(on_output=print)
         live.kubectl("delete", "namespace", JOB_NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def test_0_the_prerequisites_stack_comes_up_first_with_what_the_dev_stack_names(prerequisites: dict) -> None:
+    outputs = prerequisites["outputs"]
+    assert outputs["bucketFillOutcome"] == "Complete"
+    dev = load_stack("dev").values
+    for key in ("nfsServer", "nfsShare", "minioEndpoint"):
+        assert outputs[key] == dev[f"ddp-mnist:{key}"], key
+    assert live.exists("csidriver", "nfs.csi.k8s.io")
+    nfs = live.get("namespace", "nfs-system")["metadata"]["labels"]
+    assert nfs["pod-security.kubernetes.io/enforce"] == "privileged"
+    for name, namespace in (
+        ("nfs-server", "nfs-system"),
+        ("minio", "minio"),
+        ("csi-nfs-controller", "kube-system"),
+    ):
+        assert live.get("deployment", name, namespace)["status"].get("availableReplicas") == 1, name
+    assert judge.job_condition(live.get("job", "minio-mnist", "minio")) == "Complete"
+    assert judge.refused_pod_creations(live.events("minio")) == []
 
 
 def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> None:

@@ -28,7 +28,11 @@ def test_every_object_passes_every_policy_with_the_packs_defaults(stack):
     policies = [p for p in crossguard.policies() if isinstance(p, ResourceValidationPolicy)]
     for obj in objects:
         for policy in policies:
-            assert _violations(policy, obj) == [], (policy.name, obj["kind"], obj["metadata"]["name"])
+            assert _violations(policy, obj, stack=stack) == [], (
+                policy.name,
+                obj["kind"],
+                obj["metadata"]["name"],
+            )
     assert g.shared_claims_read_write_many(objects) == []
 
 
