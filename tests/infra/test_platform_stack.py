@@ -182,3 +182,14 @@ def test_offline_tools_read_the_platform_stack_from_its_file():
         render(stack_config({**JOB, "platformStack": "acme/other/gke-platform"}))
     with pytest.raises(PlatformMismatch, match="installed no KServe"):
         render(stack_config({**JOB, "platformStack": "aks-platform", "serveKind": "kserve"}))
+
+
+def test_a_platform_stack_that_patches_kubeflows_operator_exports_it_restricted():
+    found = facts_of(operatorPatchExisting=True)
+    assert found["operator"] == {
+        "version": "",
+        "initContainerImage": Settings.model_fields["operator_init_container_image"].default,
+        "initContainerRestricted": True,
+        "patched": "kubeflow/training-operator",
+    }
+    assert take({"jobNodes": 2}, found).operator_init_container_restricted is True
