@@ -14,6 +14,7 @@ from infra.offline.stackconfig import StackConfig
 from infra.program.settings import PROJECT, Settings
 
 REDACTED = "[redacted]"
+SET_BY_API_SERVER = "<set by the API server>"
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a serialized secret
 _KIND_ORDER = [
     "Namespace",
@@ -112,7 +113,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 args.typ, args.name, dict(args.inputs), bool(args.custom), options, tuple(args.transforms)
             )
         )
-        return f"{args.name}-id", dict(args.inputs)
+        state = dict(args.inputs)
+        metadata = state.get("metadata")
+        if args.typ.startswith("kubernetes:") and isinstance(metadata, dict):
+            # What only the API server sets, for inputs that read it (MinIO's restart annotation).
+            state["metadata"] = {**metadata, "resourceVersion": SET_BY_API_SERVER}
+        return f"{args.name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], None]:
         return {}, None

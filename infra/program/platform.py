@@ -30,14 +30,19 @@ SCHEMA = 1
 # integration reads TrainJob fields that Trainer added in v2.2).
 KUEUE_TRAINJOB_MIN_TRAINER = (2, 2, 0)
 
-# Job-stack declarations a platform's facts replace: settings field -> config key.
-DECLARATIONS = {
-    "operator_init_container_restricted": "operatorInitContainerRestricted",
-    "operator_init_container_image": "operatorInitContainerImage",
-    "trainer_present": "trainerPresent",
-    "kserve_present": "kservePresent",
-    "kueue_pytorchjob_integration": "kueuePyTorchJobIntegration",
-}
+# Job-stack declarations (settings fields) a platform's facts replace.
+DECLARATIONS = (
+    "operator_init_container_restricted",
+    "operator_init_container_image",
+    "trainer_present",
+    "kserve_present",
+    "kueue_pytorchjob_integration",
+)
+
+
+def config_key(name: str) -> str:
+    """The config key of settings field `name`."""
+    return str(Settings.model_fields[name].alias)
 
 
 class PlatformMismatch(ValueError):
@@ -63,17 +68,18 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         "schema": SCHEMA,
         "project": PROJECT,
         "operator": operator,
-        "trainer": {"version": settings.trainer_version} if settings.trainer_install else None,
-        "kserve": {"version": settings.kserve_version} if settings.kserve_install else None,
+        "trainer": _part(settings.trainer_install, settings.trainer_present, settings.trainer_version),
+        "kserve": _part(settings.kserve_install, settings.kserve_present, settings.kserve_version),
         "kueue": {"pytorchjobIntegration": settings.kueue_pytorchjob_integration},
     }
 
 
-def declared(settings: Settings, name: str) -> bool:
-    """Whether the stack declares field `name`: set to other than its default. The engine hands a
-    program every key of Pulumi.yaml's config block, defaults included, so a value equal to the
-    default cannot be told from one left unset: both mean "not declared"."""
-    return getattr(settings, name) != Settings.model_fields[name].default
+def _part(installed: bool, present: bool, version: str) -> dict[str, str] | None:
+    """A part the platform stack installs (at `version`), or declares present in the cluster (installed by
+    someone else: its version unknown, ""), or neither (None)."""
+    if installed:
+        return {"version": version}
+    return {"version": ""} if present else None
 
 
 def assume_platform_provides(settings: Settings) -> Settings:
@@ -82,7 +88,7 @@ def assume_platform_provides(settings: Settings) -> Settings:
     undeclared = {
         name: True
         for name in DECLARATIONS
-        if isinstance(getattr(settings, name), bool) and not declared(settings, name)
+        if isinstance(getattr(settings, name), bool) and not settings.declares(name)
     }
     return settings.model_copy(update=undeclared)
 
@@ -124,6 +130,7 @@ def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
         queued
         and kind == "trainjob"
         and trainer
+        and trainer["version"]  # "" for a Trainer the platform declares present: its version unknown
         and _version(trainer["version"]) < KUEUE_TRAINJOB_MIN_TRAINER
     ):
         least = "v" + ".".join(map(str, KUEUE_TRAINJOB_MIN_TRAINER))
@@ -147,8 +154,8 @@ def take(settings: Settings, found: Any, stack: str, has_keys: bool) -> Settings
     derived = _derived(settings, found)
     for name, value in derived.items():
         mine = getattr(settings, name)
-        if declared(settings, name) and mine != value:
-            key = DECLARATIONS[name]
+        if settings.declares(name) and mine != value:
+            key = config_key(name)
             raise PlatformMismatch(
                 f"stack {stack} declares {key}={_show(mine)}, but its {platform} says {_show(value)} "
                 f"(remove {key} from stack {stack}: it comes from the platform stack)"

@@ -22,7 +22,7 @@ tests/e2e/fixtures/cluster.py builds the cluster tier's fixtures through this mo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -65,6 +65,7 @@ Port = tuple[str, int, str]  # name, number, protocol: a container port and its 
 NFS_PORTS: tuple[Port, ...] = (("tcp-2049", 2049, "TCP"), ("udp-111", 111, "UDP"))
 MINIO_PORTS: tuple[Port, ...] = (("s3", MINIO_PORT, "TCP"),)
 MINIO_SECRET = "minio-root"
+SECRET_VERSION = f"{PROJECT}.io/root-secret-version"  # MinIO's pod template: its Secret's resourceVersion
 MINIO_UID = 1000
 FILL_JOB = "minio-mnist"
 FILL_CONTAINER = "fill"
@@ -106,9 +107,11 @@ def server(
     pod: core.PodSpecArgs,
     ports: Sequence[Port],
     opts: pulumi.ResourceOptions,
+    annotations: Mapping[str, pulumi.Input[str]] | None = None,
 ) -> tuple[core.Service, k8s.apps.v1.Deployment]:
     """A Service on `ports` (the pod's container ports), and the pod's one-replica Deployment, replaced
-    rather than rolled (never two at once: each pod keeps its data in an emptyDir of its own)."""
+    rather than rolled (never two at once: each pod keeps its data in an emptyDir of its own);
+    `annotations` go on its pod template."""
     service_ports = [core.ServicePortArgs(name=n, port=number, protocol=t) for n, number, t in ports]
     where = meta.ObjectMetaArgs(name=name, namespace=space.metadata.name, labels=labels(settings, name))
     service = core.Service(
@@ -125,7 +128,7 @@ def server(
             strategy=k8s.apps.v1.DeploymentStrategyArgs(type="Recreate"),
             selector=meta.LabelSelectorArgs(match_labels=selector(name)),
             template=core.PodTemplateSpecArgs(
-                metadata=meta.ObjectMetaArgs(labels=labels(settings, name)), spec=pod
+                metadata=meta.ObjectMetaArgs(labels=labels(settings, name), annotations=annotations), spec=pod
             ),
         ),
         opts=opts,
@@ -294,8 +297,16 @@ class ObjectStore(pulumi.ComponentResource):
             ),
             opts=child,
         )
+        # MinIO reads its root user and password from its environment once, at start: a new key pair
+        # (the Secret's resourceVersion changes) restarts it, and it starts only after the Secret exists.
         self.service, self.deployment = server(
-            MINIO, space, settings, minio_pod(settings), MINIO_PORTS, child
+            MINIO,
+            space,
+            settings,
+            minio_pod(settings),
+            MINIO_PORTS,
+            pulumi.ResourceOptions(parent=self, depends_on=[self.secret]),
+            annotations={SECRET_VERSION: self.secret.metadata.resource_version},
         )
         self.register_outputs({})
 

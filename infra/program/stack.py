@@ -49,10 +49,7 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
 def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, KServe,
     their CRDs), each as configured."""
-    outputs: dict[str, pulumi.Input[object]] = {
-        "stackRole": settings.stack_role,
-        platform.OUTPUT: platform.facts(settings),
-    }
+    outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
     operator: TrainingOperator | ExistingOperatorPatch | None = None
     trainer = None
     if settings.operator_install:
@@ -68,8 +65,20 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
         outputs["trainerSource"] = trainer.source
     if settings.kserve_install:
         outputs["kserveSource"] = KServe("kserve", settings).source
-    outputs.update(smoke_checks(settings, operator, trainer))
+    smoke = smoke_checks(settings, operator, trainer)
+    outputs.update(smoke)
+    outputs[platform.OUTPUT] = facts_after(settings, smoke)
     return outputs
+
+
+def facts_after(settings: Settings, smoke: dict[str, pulumi.Input[object]]) -> pulumi.Input[object]:
+    """The stack's platform facts (infra/program/platform.py), exported only once its smoke checks
+    passed: a failed check fails `up` first, so job stacks never read facts of an install that fails
+    its check."""
+    found = platform.facts(settings)
+    if found is None or not smoke:
+        return found
+    return pulumi.Output.all(*smoke.values()).apply(lambda _: found)
 
 
 def smoke_checks(
@@ -182,7 +191,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         }
     return {
         "stackRole": settings.stack_role,
-        platform.OUTPUT: platform.facts(settings),
+        platform.OUTPUT: facts_after(settings, smoke),
         "jobOutcome": job.outcome,
         "seedOutcome": seed.outcome if seed is not None else None,
         "modelExport": model_export_uri(settings, names) if settings.job_model_export else None,
@@ -218,9 +227,22 @@ def main() -> None:
         return
 
     async def with_platform() -> None:
-        # A read of the platform stack's outputs, in preview too (Pulumi's built-in StackReference).
-        reference = pulumi.StackReference("platform-stack", stack_name=settings.platform_stack)
-        found = (await reference.get_output_details(platform.OUTPUT)).value
+        # A read of the platform stack's outputs, in preview too (Pulumi's built-in StackReference). A
+        # bare stack name is this stack's organization and project: the CLI would otherwise complete
+        # it with the user's default organization, which need not be this stack's.
+        name = settings.platform_stack
+        if "/" not in name:
+            name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{name}"
+        reference = pulumi.StackReference("platform-stack", stack_name=name)
+        try:
+            found = (await reference.get_output_details(platform.OUTPUT)).value
+        except Exception as exc:  # the engine's read failed: no such stack, or no access to it
+            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise pulumi.RunError(
+                f"stack {pulumi.get_stack()}: platformStack {settings.platform_stack} could not be read "
+                f"as {name} ({cause}): `pulumi up` that stack first, and give this stack's identity read "
+                "access to it"
+            ) from None
         try:
             taken = platform.take(settings, found, pulumi.get_stack(), credentials is not None)
         except platform.PlatformMismatch as exc:

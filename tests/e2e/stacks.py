@@ -42,7 +42,13 @@ def prerequisites_config(image: str, access_key: str, secret_key: str) -> dict[s
     """The `dev-prereqs` stack with the tier's trainer image (its fill Job) and MinIO's root keys."""
     config = dict(load_stack("dev-prereqs").values)
     config.update(
-        {_key("jobImage"): image, _key("minioAccessKey"): access_key, _key("minioSecretKey"): secret_key}
+        {
+            _key("jobImage"): image,
+            # A kind-loaded image: a tag and no registry digest (see job_config).
+            _key("jobImagePullPolicy"): "IfNotPresent",
+            _key("minioAccessKey"): access_key,
+            _key("minioSecretKey"): secret_key,
+        }
     )
     return config
 

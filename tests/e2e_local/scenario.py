@@ -21,11 +21,11 @@ from pulumi import automation as auto
 from infra.offline.realcluster import fleet, sources
 from infra.offline.realcluster.build import module_dir
 from infra.offline.realcluster.parts import PARTS
-from infra.offline.stackconfig import load_stack
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import job_config
 from tests.e2e.stacks import platform_config as e2e_platform_config
+from tests.e2e.stacks import prerequisites_config as e2e_prerequisites_config
 
 IMAGE = "ghcr.io/ddp-mnist/trainer@sha256:" + "5" * 64
 KEEP = os.environ.get("E2E_KEEP") == "1"  # leave every stack and namespace for a look
@@ -35,15 +35,10 @@ PLACEHOLDER = re.compile(r"<[a-z-]+>")
 
 
 def prerequisites_config() -> dict[str, str]:
-    """The dev-prereqs stack's config, with the tier's keys and image, and csi-driver-nfs's chart from
-    the pinned archive the tier keeps (what `nfsCsiChart` points an air-gapped cluster at)."""
-    return {
-        **load_stack("dev-prereqs").values,
-        "ddp-mnist:minioAccessKey": KEYS[0],
-        "ddp-mnist:minioSecretKey": KEYS[1],
-        "ddp-mnist:jobImage": IMAGE,
-        "ddp-mnist:nfsCsiChart": str(sources.csi_driver_nfs_chart()),
-    }
+    """The `make e2e` tier's dev-prereqs stack, with csi-driver-nfs's chart from the pinned archive the
+    tier keeps (what `nfsCsiChart` points an air-gapped cluster at)."""
+    chart = {"ddp-mnist:nfsCsiChart": str(sources.csi_driver_nfs_chart())}
+    return {**e2e_prerequisites_config(IMAGE, *KEYS), **chart}
 
 
 def platform_config() -> dict[str, str]:
@@ -62,9 +57,11 @@ def as_declared(config: dict[str, str], facts: Mapping[str, Any]) -> dict[str, s
     settings, has_keys = settings_from_raw(stack.values, set(stack.secret_keys))
     taken = platform.take(settings, facts, "model", has_keys)
     declared = {k: v for k, v in config.items() if k != "ddp-mnist:platformStack"}
-    for name, key in platform.DECLARATIONS.items():
+    for name in platform.DECLARATIONS:
         value = getattr(taken, name)
-        declared[f"ddp-mnist:{key}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        declared[f"ddp-mnist:{platform.config_key(name)}"] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
     return declared
 
 

@@ -2,8 +2,9 @@
 against the real engine, API server, controllers and training operator, in this order:
 
 0. the prerequisites stack (dev-prereqs) comes up on the empty cluster: the NFS server in its
-   privileged namespace, csi-driver-nfs from its pinned chart, MinIO, the Job that fills its bucket;
-   it serves the addresses the dev stack names;
+   privileged namespace, csi-driver-nfs from its pinned chart, MinIO, the Job that fills its bucket
+   (its pod runs no process under KWOK: the engine's ordering and waits are proven here, the fill by
+   `make e2e`); it serves the addresses the dev stack names;
 1. the platform stack comes up on an empty cluster, its smoke check passes;
 2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
    the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused,
@@ -15,7 +16,8 @@ against the real engine, API server, controllers and training operator, in this 
    offline model's (infra/offline/effective) field by field for what it covers;
 6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them;
 18. a job stack whose declaration its platform stack contradicts (`platformStack`) is refused by the
-    preview and by `up`, with one line naming both stacks, and registers nothing.
+    preview and by `up`, with one line naming both stacks, and registers nothing; so is one naming a
+    platform stack that was never brought up.
 
 The job stack names the platform stack (`platformStack`) and declares nothing it takes from it: the
 restricted Worker init container it relies on comes from the platform's live `platform` output.
@@ -210,6 +212,17 @@ def test_18_a_job_stack_its_platform_contradicts_is_refused_with_one_line(
         registered = [r["type"] for r in stack.export_stack().deployment.get("resources", [])]
         assert not [t for t in registered if t.startswith("kubernetes:")], registered
         assert not live.exists("namespace", "ddp-mnist-mismatch")
+        # A platform stack that was never brought up: one line too, never a traceback.
+        set_config(
+            stack, {**config, "ddp-mnist:platformStack": "nowhere", "ddp-mnist:kservePresent": "false"}
+        )
+        with pytest.raises(auto.CommandError) as unread:
+            stack.preview(on_output=print)
+        said = str(unread.value)
+        assert "stack local-mismatch: platformStack nowhere could not be read as organization/" in said, said[
+            -3000:
+        ]
+        assert "Traceback" not in said and "unhandled exception" not in said, said[-3000:]
     finally:
         if not KEEP:
             stack.workspace.remove_stack("local-mismatch", force=True)

@@ -108,7 +108,7 @@ def operator_patch(s: Settings, _: bool) -> Iterator[ConfigError]:
         ("operator_existing_name", "operatorExistingName"),
     ):
         value = getattr(s, field)
-        if not s.operator_patch_existing and value != type(s).model_fields[field].default:
+        if not s.operator_patch_existing and s.declares(field):
             yield ConfigError(
                 alias, value, "left unset unless operatorPatchExisting is true (only read then)"
             )

@@ -145,3 +145,9 @@ class SettingsGroup(BaseModel):
     """One concern's config keys: a part of `Settings`, never used alone."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def declares(self, name: str) -> bool:
+        """Whether field `name` is set to other than its default. The engine hands a program every key
+        of Pulumi.yaml's config block, defaults included (pulumi `pkg/workspace/config.go`
+        `mergeConfig`), so a value equal to its default cannot be told from one left unset."""
+        return bool(getattr(self, name) != type(self).model_fields[name].default)
