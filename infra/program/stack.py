@@ -234,15 +234,9 @@ def main() -> None:
         if "/" not in name:
             name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{name}"
         reference = pulumi.StackReference("platform-stack", stack_name=name)
-        try:
-            found = (await reference.get_output_details(platform.OUTPUT)).value
-        except Exception as exc:  # the engine's read failed: no such stack, or no access to it
-            cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise pulumi.RunError(
-                f"stack {pulumi.get_stack()}: platformStack {settings.platform_stack} could not be read "
-                f"as {name} ({cause}): `pulumi up` that stack first, and give this stack's identity read "
-                "access to it"
-            ) from None
+        # A stack that cannot be read (never brought up, or no access) fails the engine's read step,
+        # which reports it in one line (`unknown stack "<org>/<project>/<name>"`) and stops the program.
+        found = (await reference.get_output_details(platform.OUTPUT)).value
         try:
             taken = platform.take(settings, found, pulumi.get_stack(), credentials is not None)
         except platform.PlatformMismatch as exc:
