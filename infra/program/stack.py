@@ -201,6 +201,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         "dataClaim": storage.data_claim,
         "checkpointClaim": storage.checkpoint_claim,
         "storageClass": storage.storage_class,
+        "dataStorageClass": storage.data_storage_class,
         "s3SecretName": secret_name,
         "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,

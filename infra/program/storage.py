@@ -34,8 +34,17 @@ _PROVISIONERS = {
 BINDER_FIELDS = ["spec.volumeName", "spec.volumeMode"]
 
 
-def storage_class_args(settings: Settings) -> dict[str, Any] | None:
-    """The StorageClass fields of the chosen preset, or None for an existing class."""
+def data_class_name(settings: Settings) -> str:
+    """The data claim's StorageClass: its own (`<storageClassName>-data`, reclaimPolicy
+    dataReclaimPolicy) for a created preset, the existing class otherwise."""
+    if settings.storage_provider == "existing":
+        return settings.storage_class_name
+    return f"{settings.storage_class_name}-data"
+
+
+def storage_class_args(settings: Settings, data: bool = False) -> dict[str, Any] | None:
+    """The StorageClass fields of the chosen preset (the data claim's with `data`), or None for an
+    existing class. The two differ in name and reclaimPolicy alone."""
     provider = settings.storage_provider
     if provider == "existing":
         return None
@@ -67,23 +76,27 @@ def storage_class_args(settings: Settings) -> dict[str, Any] | None:
     }.get(provider, [])
     return dict(
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=settings.storage_class_name, labels=labels(settings, "storage")
+            name=data_class_name(settings) if data else settings.storage_class_name,
+            labels=labels(settings, "storage"),
         ),
         provisioner=_PROVISIONERS[provider],
         parameters=parameters,
         mount_options=mount_options or None,
-        reclaim_policy=settings.storage_reclaim_policy,
+        reclaim_policy=settings.data_reclaim_policy if data else settings.storage_reclaim_policy,
         volume_binding_mode="Immediate" if provider == "nfs-csi" else "WaitForFirstConsumer",
         allow_volume_expansion=provider != "aws-efs",
     )
 
 
 class TrainingStorage(pulumi.ComponentResource):
-    """The data PVC and the checkpoint/model PVC, both ReadWriteMany, and their StorageClass."""
+    """The data PVC and the checkpoint/model PVC, both ReadWriteMany, and their StorageClasses: one each
+    for a created preset, so that a destroy frees the (re-seedable) data's storage and keeps the
+    checkpoints' (dataReclaimPolicy, storageReclaimPolicy)."""
 
     data_claim: pulumi.Output[str]
     checkpoint_claim: pulumi.Output[str]
     storage_class: pulumi.Output[str]
+    data_storage_class: pulumi.Output[str]
 
     def __init__(
         self,
@@ -95,17 +108,21 @@ class TrainingStorage(pulumi.ComponentResource):
         super().__init__(f"{PROJECT}:storage:TrainingStorage", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
         class_name: pulumi.Output[str] = pulumi.Output.from_input(settings.storage_class_name)
+        data_class: pulumi.Output[str] = class_name
         class_args = storage_class_args(settings)
-        if class_args is not None:
+        data_args = storage_class_args(settings, data=True)
+        if class_args is not None and data_args is not None:
             storage_class = k8s.storage.v1.StorageClass(f"{name}-class", **class_args, opts=child)
             class_name = storage_class.metadata.name
+            data_storage = k8s.storage.v1.StorageClass(f"{name}-data-class", **data_args, opts=child)
+            data_class = data_storage.metadata.name
         data = self._claim(
             f"{name}-data",
             f"{PROJECT}-data",
             settings.data_volume_size,
             settings,
             namespace,
-            class_name,
+            data_class,
             child,
         )
         checkpoints = self._claim(
@@ -128,11 +145,13 @@ class TrainingStorage(pulumi.ComponentResource):
         self.data_claim = data.metadata.name
         self.checkpoint_claim = checkpoints.metadata.name
         self.storage_class = class_name
+        self.data_storage_class = data_class
         self.register_outputs(
             {
                 "data_claim": self.data_claim,
                 "checkpoint_claim": self.checkpoint_claim,
                 "storage_class": self.storage_class,
+                "data_storage_class": self.data_storage_class,
             }
         )
 

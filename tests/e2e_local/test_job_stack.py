@@ -14,7 +14,8 @@ against the real engine, API server, controllers and training operator, in this 
    preview updates the model server, never replaces it;
 5. the pods the real operator and Job controller created, as the API server admitted them, equal the
    offline model's (infra/offline/effective) field by field for what it covers;
-6. destroy keeps the checkpoint claim and its namespace; up with `reattachRetained` imports them;
+6. destroy keeps the checkpoint claim and its namespace, and deletes the data claim's volume (its own
+   class, dataReclaimPolicy Delete); up with `reattachRetained` imports them;
 18. a job stack whose declaration its platform stack contradicts (`platformStack`) is refused by the
     preview and by `up`, with one line naming both stacks, and registers nothing; one naming a
     platform stack that was never brought up fails the engine's read of it, naming it in one line.
@@ -44,6 +45,7 @@ pytestmark = pytest.mark.e2e_local
 JOB = "mnist-r1"
 SEED = "ddp-mnist-seed"
 CLAIM = "ddp-mnist-checkpoints"
+DATA = "ddp-mnist-data"
 QUOTA_CPU, QUOTA_MEMORY = "8", "12Gi"
 PLATFORM_STACK = "local-platform"  # the session's platform stack (conftest.py)
 SERVER_KINDS = (
@@ -173,10 +175,18 @@ def test_5_admitted_pods_equal_the_offline_model(platform: dict, job: dict) -> N
 
 def test_6_destroy_keeps_the_claim_and_reattaching_imports_it(job: dict) -> None:
     stack: auto.Stack = job["stack"]
+    volumes = {name: live.get("pvc", name, JOB_NAMESPACE)["spec"]["volumeName"] for name in (CLAIM, DATA)}
     stack.destroy(on_output=print)
     assert live.exists("namespace", JOB_NAMESPACE)
     assert live.get("pvc", CLAIM, JOB_NAMESPACE)["metadata"]["uid"] == job["claim_uid"]
     assert not live.exists("pytorchjob", JOB, JOB_NAMESPACE)
+    # Only the checkpoints' storage is left: the data claim's class (dataReclaimPolicy Delete) lets the
+    # provisioner delete its volume once the claim is gone; the checkpoint volume stays bound.
+    deadline = time.monotonic() + 60
+    while live.exists("pv", volumes[DATA]) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not live.exists("pv", volumes[DATA])
+    assert live.get("pv", volumes[CLAIM])["status"]["phase"] == "Bound"
 
     job["config"] = {**job["config"], "ddp-mnist:reattachRetained": "true"}
     set_config(stack, job["config"])

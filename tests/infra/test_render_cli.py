@@ -65,6 +65,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
     assert [d["kind"] for d in documents] == [
         "Namespace",
         "StorageClass",
+        "StorageClass",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
         "Secret",

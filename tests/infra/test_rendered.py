@@ -60,10 +60,31 @@ def test_both_claims_are_read_write_many(name):
     ],
 )
 def test_storage_class_presets(provider, extra, provisioner, parameters):
-    storage_class = one(render_config({"storageProvider": provider, **extra}), "StorageClass")
-    assert storage_class["provisioner"] == provisioner
-    assert storage_class["parameters"] == parameters
-    assert storage_class["reclaimPolicy"] == "Retain"
+    rendering = render_config({"storageProvider": provider, **extra})
+    classes = {c["metadata"]["name"]: c for c in by_kind(rendering, "StorageClass")}
+    checkpoints, data = classes.pop("ddp-mnist-rwx"), classes.pop("ddp-mnist-rwx-data")
+    assert classes == {}
+    for storage_class in (checkpoints, data):
+        assert storage_class["provisioner"] == provisioner
+        assert storage_class["parameters"] == parameters
+    # A destroy frees the re-seedable data's storage and keeps the checkpoints'.
+    assert (checkpoints["reclaimPolicy"], data["reclaimPolicy"]) == ("Retain", "Delete")
+    claims = {
+        c["metadata"]["name"]: c["spec"]["storageClassName"]
+        for c in by_kind(rendering, "PersistentVolumeClaim")
+    }
+    assert claims == {"ddp-mnist-checkpoints": "ddp-mnist-rwx", "ddp-mnist-data": "ddp-mnist-rwx-data"}
+    assert {k: v for k, v in checkpoints.items() if k not in ("metadata", "reclaimPolicy")} == {
+        k: v for k, v in data.items() if k not in ("metadata", "reclaimPolicy")
+    }
+
+
+def test_each_claims_reclaim_policy_is_its_own_setting():
+    rendering = render_config({"storageReclaimPolicy": "Delete", "dataReclaimPolicy": "Retain"})
+    policies = {c["metadata"]["name"]: c["reclaimPolicy"] for c in by_kind(rendering, "StorageClass")}
+    assert policies == {"ddp-mnist-rwx": "Delete", "ddp-mnist-rwx-data": "Retain"}
+    assert rendering.outputs["dataStorageClass"] == "ddp-mnist-rwx-data"
+    assert rendering.outputs["storageClass"] == "ddp-mnist-rwx"
 
 
 def test_existing_storage_class_is_used_not_created():

@@ -23,7 +23,18 @@ class StorageSettings(SettingsGroup):
         "Name of the StorageClass to create, or of the existing one to use.",
     )
     storage_reclaim_policy: Literal["Retain", "Delete"] = key(
-        "storageReclaimPolicy", "Retain", "reclaimPolicy of a created StorageClass."
+        "storageReclaimPolicy",
+        "Retain",
+        "reclaimPolicy of the created StorageClass storageClassName, the checkpoint claim's: Retain keeps "
+        "the checkpoints' storage when its claim is deleted.",
+    )
+    data_reclaim_policy: Literal["Delete", "Retain"] = key(
+        "dataReclaimPolicy",
+        "Delete",
+        "reclaimPolicy of the data claim's StorageClass, created as <storageClassName>-data: the data is "
+        "re-seedable, so Delete frees its storage (a Filestore instance, an Azure share, an EFS access "
+        "point) once a destroy deletes the claim. With storageProvider existing both claims use "
+        "storageClassName and its own reclaimPolicy.",
     )
     nfs_server: str = key("nfsServer", "", "NFS server address (storageProvider nfs-csi).")
     nfs_share: str = key("nfsShare", "/", "Exported NFS path (storageProvider nfs-csi).")
