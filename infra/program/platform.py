@@ -71,6 +71,7 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         "trainer": _part(settings.trainer_install, settings.trainer_present, settings.trainer_version),
         "kserve": _part(settings.kserve_install, settings.kserve_present, settings.kserve_version),
         "kueue": {"pytorchjobIntegration": settings.kueue_pytorchjob_integration},
+        "priorityClasses": sorted(settings.priority_class_values),
     }
 
 
@@ -120,6 +121,13 @@ def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
         return "runs a TrainJob (jobKind trainjob), but {platform} installed no Kubeflow Trainer v2"
     if settings.serve_kind == "kserve" and found.get("kserve") is None:
         return "serves with KServe (serveKind kserve), but {platform} installed no KServe"
+    wanted = settings.job_priority_class_name
+    if wanted and wanted not in (found.get("priorityClasses") or []):
+        created = ", ".join(found.get("priorityClasses") or []) or "none"
+        return (
+            f"sets jobPriorityClassName {wanted}, but {{platform}} creates no such PriorityClass (it "
+            f"creates: {created}); the API server would refuse every pod of the job"
+        )
     queued = bool(settings.job_queue_name)
     if queued and kind == "pytorchjob" and not _derived(settings, found)["kueue_pytorchjob_integration"]:
         return (

@@ -19,7 +19,7 @@ from infra.program.operator_patch import ExistingOperatorPatch
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
 from infra.program.serving import ModelServer, serve_example
-from infra.program.settings import Settings
+from infra.program.settings import PROJECT, Settings
 from infra.program.smoke import SmokeCheck
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
@@ -67,8 +67,23 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
         outputs["kserveSource"] = KServe("kserve", settings).source
     smoke = smoke_checks(settings, operator, trainer)
     outputs.update(smoke)
+    priority_classes(settings)
     outputs[platform.OUTPUT] = facts_after(settings, smoke)
     return outputs
+
+
+def priority_classes(settings: Settings) -> list[k8s.scheduling.v1.PriorityClass]:
+    """The PriorityClasses a platform (or all) stack creates (priorityClasses), cluster-wide."""
+    return [
+        k8s.scheduling.v1.PriorityClass(
+            f"priority-{name}",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=name, labels=labels(settings, "priority")),
+            value=value,
+            global_default=False,
+            description=f"{PROJECT}: training jobs that name it (jobPriorityClassName)",
+        )
+        for name, value in settings.priority_class_values.items()
+    ]
 
 
 def facts_after(settings: Settings, smoke: dict[str, pulumi.Input[object]]) -> pulumi.Input[object]:
@@ -140,6 +155,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         trainer = TrainerV2("trainer-v2", settings)
         after += (trainer,)
     smoke = smoke_checks(settings, operator, trainer)
+    after += tuple(priority_classes(settings))  # before any pod names one
     if queue is not None:
         after += (queue,)
     if settings.job_network_policy:

@@ -252,9 +252,15 @@ def test_every_environment_of_the_workflows_has_its_identity_in_the_readme():
         admin = "container.admin" in k8s_rights or "Cluster Admin" in k8s_rights
         platform = environment.removesuffix("-preview") in PLATFORM
         assert kind.startswith("platform" if platform else "job"), environment
-        # Least privilege: only a platform stack (CRDs, ClusterRoles and bindings) gets cluster admin.
+        # Least privilege: only a platform stack that installs operators (CRDs, ClusterRoles and
+        # bindings) gets cluster admin; one that creates PriorityClasses alone does not.
+        values = load_stack(environment.removesuffix("-preview")).values
+        installs = any(
+            values.get(f"ddp-mnist:{k}") == "true"
+            for k in ("operatorInstall", "trainerInstall", "kserveInstall")
+        )
         if not environment.endswith("-preview"):
-            assert admin == platform, environment
+            assert admin == (platform and installs), environment
         else:
             assert k8s_rights == f"as `{environment.removesuffix('-preview')}`; required reviewers"
 
@@ -293,7 +299,7 @@ def test_the_first_run_creates_the_stack():
 
 # --- deployment order, triggers, time limits, locks ---------------------------------------------------
 
-PLATFORM = {"gke-platform": "gcp", "aks-platform": "azure"}
+PLATFORM = {"gke-platform": "gcp", "aks-platform": "azure", "eks-platform": "aws"}
 JOBS = {"gke-gpu": "gcp", "gke-trainjob": "gcp", "eks-gpu": "aws", "aks-gpu": "azure"}
 
 
@@ -323,7 +329,8 @@ def test_each_cluster_deploys_its_platform_then_its_jobs_independently_of_the_ot
         "gke-jobs": ({"gke-gpu": "gcp", "gke-trainjob": "gcp"}, {"gke-platform"}),
         "aks-platform": ({"aks-platform": "azure"}, set()),
         "aks-jobs": ({"aks-gpu": "azure"}, {"aks-platform"}),
-        "eks-jobs": ({"eks-gpu": "aws"}, set()),
+        "eks-platform": ({"eks-platform": "aws"}, set()),
+        "eks-jobs": ({"eks-gpu": "aws"}, {"eks-platform"}),
     }
     for name, job in jobs.items():
         if job.get("uses"):
@@ -336,7 +343,12 @@ def test_a_job_stack_is_deployed_after_the_platform_stack_it_reads():
     jobs = {name: job for name, job in _load(WORKFLOWS / "deploy.yml")["jobs"].items() if job.get("uses")}
     deploys = {stack: name for name, job in jobs.items() for stack in _matrix(job)}
     readers = {stack: load_stack(stack).values.get("ddp-mnist:platformStack", "") for stack in deploys}
-    assert {s for s, platform in readers.items() if platform} == {"gke-gpu", "gke-trainjob", "aks-gpu"}
+    assert {s for s, platform in readers.items() if platform} == {
+        "gke-gpu",
+        "gke-trainjob",
+        "aks-gpu",
+        "eks-gpu",
+    }
     for stack, platform in readers.items():
         if platform:
             assert deploys[platform] in _needs(jobs[deploys[stack]]), (stack, platform)

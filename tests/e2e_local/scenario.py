@@ -41,8 +41,15 @@ def prerequisites_config() -> dict[str, str]:
     return {**e2e_prerequisites_config(IMAGE, *KEYS), **chart}
 
 
+PRIORITY_CLASS, PRIORITY = "training-high", 100000  # the platform stack's, as eks-platform's
+
+
 def platform_config() -> dict[str, str]:
-    return {**e2e_platform_config(IMAGE), "ddp-mnist:operatorSource": str(sources.operator_overlay())}
+    return {
+        **e2e_platform_config(IMAGE),
+        "ddp-mnist:operatorSource": str(sources.operator_overlay()),
+        "ddp-mnist:priorityClasses": json.dumps([f"{PRIORITY_CLASS}={PRIORITY}"]),
+    }
 
 
 def as_declared(config: dict[str, str], facts: Mapping[str, Any]) -> dict[str, str]:

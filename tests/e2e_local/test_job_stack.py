@@ -65,6 +65,7 @@ def job(backend: Backend, platform: dict) -> Iterator[dict]:
         namespaceCpuQuota=QUOTA_CPU,
         namespaceMemoryQuota=QUOTA_MEMORY,
         platformStack=PLATFORM_STACK,
+        jobPriorityClassName=scenario.PRIORITY_CLASS,  # the platform stack creates it
     )
     # Taken from the platform stack's facts, never declared here.
     config.pop("ddp-mnist:operatorInitContainerRestricted")
@@ -100,6 +101,8 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     facts = outputs["platform"]
     assert facts["operator"]["initContainerRestricted"] is True
     assert facts["operator"]["version"] == "v1.9.4"
+    assert facts["priorityClasses"] == [scenario.PRIORITY_CLASS]
+    assert live.get("priorityclass", scenario.PRIORITY_CLASS)["value"] == scenario.PRIORITY
     if "smokeCheck" in outputs:
         assert outputs["smokeCheck"] == "passed", outputs["smokeCheck"]
     assert live.exists("crd", "pytorchjobs.kubeflow.org")
@@ -121,6 +124,9 @@ def test_2_a_job_stack_seeds_before_it_trains_and_serves(job: dict) -> None:
     servers = live.items("deployment", JOB_NAMESPACE)
     assert servers and all(d["status"].get("availableReplicas", 0) >= 1 for d in servers), servers
     assert judge.refused_pod_creations(live.events(JOB_NAMESPACE)) == []
+    # Priority admission resolved the platform's PriorityClass into each training pod's priority.
+    training = [p for p in live.items("pod", JOB_NAMESPACE) if p["metadata"]["name"].startswith(f"{JOB}-")]
+    assert training and {p["spec"]["priority"] for p in training} == {scenario.PRIORITY}
     (quota,) = live.items("resourcequota", JOB_NAMESPACE)
     assert quota["status"]["hard"]["requests.cpu"] == QUOTA_CPU
     assert "requests.cpu" in quota["status"]["used"]  # the quota counted the pods it admitted

@@ -201,3 +201,42 @@ def test_what_a_platform_declares_present_it_exports_without_a_version():
     queued = {"jobKind": "trainjob", "jobQueueName": "team", "jobClusterQueue": "gpu", "serveKind": "kserve"}
     taken = take(queued, found)  # an unknown version is not held against the job
     assert taken.trainer_present and taken.kserve_present
+
+
+def test_a_job_names_a_priority_class_its_platform_creates_or_is_refused():
+    found = facts_of(priorityClasses=["training-high=100000", "batch-low=10"])
+    assert found["priorityClasses"] == ["batch-low", "training-high"]
+    indexed = {"jobKind": "indexed-job"}
+    taken = take({**indexed, "jobPriorityClassName": "training-high"}, found)
+    assert taken.job_priority_class_name == "training-high"
+    with pytest.raises(
+        PlatformMismatch, match="creates no such PriorityClass \\(it creates: batch-low, training-high\\)"
+    ):
+        take({**indexed, "jobPriorityClassName": "urgent"}, found)
+
+
+def test_a_platform_stack_creates_its_priority_classes():
+    rendering = render_config(
+        {"stackRole": "platform", "operatorInstall": False, "priorityClasses": ["training-high=100000"]}
+    )
+    (created,) = [o for o in rendering.objects if o["kind"] == "PriorityClass"]
+    assert (created["metadata"]["name"], created["value"], created["globalDefault"]) == (
+        "training-high",
+        100000,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    "entry", ["training-high", "training-high=x", "system-high=1", "training-high=1000000001", "Bad_Name=1"]
+)
+def test_a_priority_class_entry_is_a_user_definable_name_and_value(entry):
+    with pytest.raises(ConfigError, match="priorityClasses=.* is invalid: must be name=value entries"):
+        settings_of({"stackRole": "platform", "operatorInstall": False, "priorityClasses": [entry]})
+
+
+def test_only_a_platform_or_all_stack_creates_priority_classes():
+    with pytest.raises(
+        ConfigError, match="priorityClasses=.* is invalid: must be empty when stackRole is job"
+    ):
+        settings_of({**JOB, "jobKind": "indexed-job", "priorityClasses": ["training-high=1"]})

@@ -125,8 +125,8 @@ def test_unknown_stack_exits_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("render: no stack 'prod'")
     assert (
-        "(stacks: aks-gpu, aks-platform, dev, dev-prereqs, eks-gpu, gke-gpu, gke-platform, gke-trainjob)"
-        in result.stderr
+        "(stacks: aks-gpu, aks-platform, dev, dev-prereqs, eks-gpu, eks-platform, gke-gpu, gke-platform, "
+        "gke-trainjob)" in result.stderr
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -55,7 +55,7 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
     installs = s.operator_install or s.operator_patch_existing or s.trainer_install or s.kserve_install
-    if s.stack_role == "platform" and not installs:
+    if s.stack_role == "platform" and not (installs or s.priority_classes):
         yield ConfigError(
             "operatorInstall",
             False,
@@ -67,6 +67,13 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
             True,
             "false when stackRole is job: the cluster's platform stack installs the operator and owns its "
             "CRDs (stackRole all installs both in one stack)",
+        )
+    if s.priority_classes and s.stack_role not in ("platform", "all"):
+        yield ConfigError(
+            "priorityClasses",
+            s.priority_classes,
+            f"empty when stackRole is {s.stack_role}: PriorityClasses are cluster-wide, the platform "
+            "stack's to create",
         )
     if s.platform_stack and s.stack_role != "job":
         yield ConfigError(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, key, optional_dns_label, optional_quantity, quantity
+from infra.program.settings.base import (
+    DNS_LABEL,
+    SettingsGroup,
+    key,
+    optional_dns_label,
+    optional_quantity,
+    quantity,
+)
 
 
 class JobResourceSettings(SettingsGroup):
@@ -46,12 +53,63 @@ class JobPlacementSettings(SettingsGroup):
     job_one_pod_per_node: bool = key(
         "jobOnePodPerNode", False, "Anti-affinity: never place two pods of the job on one node."
     )
-    job_priority_class_name: str = key("jobPriorityClassName", "", "priorityClassName of the pods.")
+    job_priority_class_name: str = key(
+        "jobPriorityClassName",
+        "",
+        "priorityClassName of the pods; the class must exist (the API server refuses every pod naming a "
+        "missing one). With platformStack it must be one of that stack's priorityClasses.",
+    )
+    priority_classes: list[str] = key(
+        "priorityClasses",
+        [],
+        "Platform (or all) stacks: the PriorityClasses to create, as name=value (value at most "
+        "1000000000, the highest a user-defined class may have), e.g. training-high=100000; exported "
+        "in the stack's `platform` output for the job stacks that name one (jobPriorityClassName).",
+    )
 
     @field_validator("job_priority_class_name")
     @classmethod
     def _priority_class_dns_label(cls, value: str) -> str:
         return optional_dns_label(value)
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priority_classes(cls, values: list[str]) -> list[str]:
+        names = [parse_priority_class(entry)[0] for entry in values]
+        if len(set(names)) != len(names):
+            raise ValueError("name=value entries with distinct names")
+        return values
+
+    @property
+    def priority_class_values(self) -> dict[str, int]:
+        """priorityClasses as name -> value."""
+        return dict(parse_priority_class(entry) for entry in self.priority_classes)
+
+
+# The highest value of a user-defined PriorityClass, whose name must not start with system- (kubernetes
+# v1.33.13 `pkg/apis/scheduling/types.go`: HighestUserDefinablePriority, SystemPriorityClassPrefix).
+HIGHEST_USER_PRIORITY = 1_000_000_000
+
+
+def parse_priority_class(entry: str) -> tuple[str, int]:
+    """`name=value` as (name, value); ValueError naming what is allowed."""
+    name, _, value = entry.partition("=")
+    allowed = (
+        "name=value entries: a DNS-1123 label not starting with system- and an integer at most "
+        f"{HIGHEST_USER_PRIORITY}, e.g. training-high=100000"
+    )
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if (
+        not DNS_LABEL.match(name)
+        or len(name) > 63
+        or name.startswith("system-")
+        or number > HIGHEST_USER_PRIORITY
+    ):
+        raise ValueError(allowed)
+    return name, number
 
 
 class JobUserSettings(SettingsGroup):
