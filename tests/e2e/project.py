@@ -8,6 +8,7 @@ into the repository) and the virtualenv made absolute; `infra/` there links to t
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable
@@ -85,7 +86,19 @@ def set_config(stack: auto.Stack, config: dict[str, str]) -> None:
     stale = [key for key in current if key not in config]
     if stale:
         stack.remove_all_config(stale)
-    stack.set_all_config({k: auto.ConfigValue(v, secret=k in SECRET_KEYS) for k, v in config.items()})
+    plain = {k: v for k, v in config.items() if not v.startswith("[")}
+    stack.set_all_config({k: auto.ConfigValue(v, secret=k in SECRET_KEYS) for k, v in plain.items()})
+    # A list (JSON, as a stack file's YAML list reaches the program) is set item by item, as the CLI's
+    # `pulumi config set --path 'key[0]'` does: a string would fail the project's array type.
+    for key, value in config.items():
+        if key in plain:
+            continue
+        items = json.loads(value)
+        if key in current:
+            stack.remove_config(key)
+        stack.set_all_config(
+            {f"{key}[{i}]": auto.ConfigValue(str(item)) for i, item in enumerate(items)}, path=True
+        )
 
 
 def inline_stack(backend: Backend, project: str, name: str, program: Callable[[], None]) -> auto.Stack:
