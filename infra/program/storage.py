@@ -30,8 +30,26 @@ _PROVISIONERS = {
     "azure-files": "file.csi.azure.com",
     "aws-efs": "efs.csi.aws.com",
 }
+# Azure Files over NFS: the mount options of the driver's own NFS StorageClass (kubernetes-sigs/
+# azurefile-csi-driver v1.35.7 `deploy/example/storageclass-azurefile-nfs.yaml`): 4 TCP connections,
+# a new source port on reconnect, attributes cached 30 s.
+AZURE_FILES_NFS_MOUNT_OPTIONS = ("nconnect=4", "noresvport", "actimeo=30")
 # Filled in by the API server (volumeMode, defaulted) and the PV binder (volumeName), never by us.
 BINDER_FIELDS = ["spec.volumeName", "spec.volumeMode"]
+
+
+def filestore_addressing(settings: Settings) -> dict[str, str]:
+    """The Filestore driver's connect-mode and reserved-address parameters (gcp-filestore-csi-driver
+    v1.13.1 `pkg/csi_driver/controller.go`: `connect-mode` DIRECT_PEERING by default; with
+    PRIVATE_SERVICE_ACCESS `reserved-ip-range`, a named allocated range; with DIRECT_PEERING
+    `reserved-ipv4-cidr`, the CIDR it picks each instance's block from); none at their defaults."""
+    found: dict[str, str] = {}
+    private = settings.filestore_connect_mode == "PRIVATE_SERVICE_ACCESS"
+    if private:
+        found["connect-mode"] = settings.filestore_connect_mode
+    if settings.filestore_reserved_ip_range:
+        found["reserved-ip-range" if private else "reserved-ipv4-cidr"] = settings.filestore_reserved_ip_range
+    return found
 
 
 def data_class_name(settings: Settings) -> str:
@@ -51,7 +69,11 @@ def storage_class_args(settings: Settings, data: bool = False) -> dict[str, Any]
     uid = str(settings.job_run_as_user)
     presets: dict[str, dict[str, str]] = {
         "nfs-csi": {"server": settings.nfs_server, "share": settings.nfs_share},
-        "gke-filestore": {"tier": settings.filestore_tier, "network": settings.filestore_network},
+        "gke-filestore": {
+            "tier": settings.filestore_tier,
+            "network": settings.filestore_network,
+            **filestore_addressing(settings),
+        },
         "azure-files": {"skuName": settings.azure_files_sku, "protocol": settings.azure_files_protocol},
         # Access points give the non-root trainer its own uid/gid on the shared file system.
         "aws-efs": {
@@ -69,7 +91,7 @@ def storage_class_args(settings: Settings, data: bool = False) -> dict[str, Any]
     mount_options = {
         "nfs-csi": settings.nfs_mount_options,
         "azure-files": (
-            []
+            list(AZURE_FILES_NFS_MOUNT_OPTIONS)
             if settings.azure_files_protocol == "nfs"
             else [f"uid={uid}", f"gid={uid}", "dir_mode=0770", "file_mode=0660", "mfsymlinks"]
         ),

@@ -9,6 +9,7 @@ import pytest
 
 from infra.offline.manifest import RecordingMocks, run_program
 from infra.program.checks import ConfigError
+from infra.program.config import settings_from_raw
 from tests.infra.conftest import BASE, stack_config
 
 BAD_CONFIGS = [
@@ -88,7 +89,8 @@ BAD_CONFIGS = [
     ),
     (
         {"storageProvider": "gke-filestore"},
-        "config ddp-mnist:dataVolumeSize=10Gi is invalid: must be at least 1Ti: the smallest Filestore instance",
+        "config ddp-mnist:dataVolumeSize=10Gi is invalid: must be from 100Gi to 63.9Ti for filestoreTier standard "
+        "(the Filestore driver rounds a smaller claim up to 100Gi, billed as such, and refuses a larger one)",
     ),
     (
         {"storageProvider": "azure-files", "azureFilesSkuName": "Standard_LRS"},
@@ -466,3 +468,47 @@ def test_pinned_mirror_and_local_checkout_are_accepted(key, source, directory, m
 )
 def test_kueue_and_kubernetes_version_combinations_that_work_are_accepted(values):
     run_program(stack_config({**BASE, **values}), RecordingMocks())
+
+
+@pytest.mark.parametrize(
+    ("tier", "size", "accepted"),
+    [
+        ("standard", "100Gi", True),
+        ("standard", "99Gi", False),
+        ("premium", "2Ti", False),
+        ("premium", "2.5Ti", True),
+        ("enterprise", "11Ti", False),
+        ("zonal", "100Ti", True),
+        ("zonal", "101Ti", False),
+    ],
+)
+def test_filestore_sizes_are_the_pinned_drivers_per_tier(tier, size, accepted):
+    values = {"storageProvider": "gke-filestore", "filestoreTier": tier}
+    values |= {"dataVolumeSize": size, "checkpointVolumeSize": size}
+    if accepted:
+        settings_of(values)
+    else:
+        with pytest.raises(
+            ConfigError, match=f"dataVolumeSize={size} is invalid: must be from .* for filestoreTier {tier}"
+        ):
+            settings_of(values)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reserved", "message"),
+    [
+        ("PRIVATE_SERVICE_ACCESS", "10.0.0.0/29", "the name of an allocated address range"),
+        ("DIRECT_PEERING", "filestore-range", "a CIDR such as 10.10.0.0/24"),
+    ],
+)
+def test_a_reserved_range_must_fit_the_connect_mode(mode, reserved, message):
+    values = {"storageProvider": "gke-filestore", "dataVolumeSize": "1Ti", "checkpointVolumeSize": "1Ti"}
+    with pytest.raises(
+        ConfigError, match=f"filestoreReservedIpRange={reserved} is invalid: must be {message}"
+    ):
+        settings_of({**values, "filestoreConnectMode": mode, "filestoreReservedIpRange": reserved})
+
+
+def settings_of(values: dict) -> object:
+    stack = stack_config({**BASE, **values})
+    return settings_from_raw(stack.values, set(stack.secret_keys))

@@ -438,3 +438,29 @@ def test_operator_env_matches_the_documented_injection():
         "PET_NPROC_PER_NODE": "2",
     }
     assert {e["name"]: e["value"] for e in master.spec["containers"][0]["env"][-10:]}["RANK"] == "0"
+
+
+def test_azure_files_over_nfs_mounts_with_the_drivers_options():
+    rendering = render_config({"storageProvider": "azure-files"})
+    for storage_class in by_kind(rendering, "StorageClass"):
+        assert storage_class["mountOptions"] == ["nconnect=4", "noresvport", "actimeo=30"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "reserved", "parameters"),
+    [
+        ("DIRECT_PEERING", "", {}),
+        ("DIRECT_PEERING", "10.10.0.0/24", {"reserved-ipv4-cidr": "10.10.0.0/24"}),
+        ("PRIVATE_SERVICE_ACCESS", "", {"connect-mode": "PRIVATE_SERVICE_ACCESS"}),
+        (
+            "PRIVATE_SERVICE_ACCESS",
+            "filestore-range",
+            {"connect-mode": "PRIVATE_SERVICE_ACCESS", "reserved-ip-range": "filestore-range"},
+        ),
+    ],
+)
+def test_filestore_joins_a_shared_vpc_as_the_driver_reads_it(mode, reserved, parameters):
+    values = {"storageProvider": "gke-filestore", "dataVolumeSize": "1Ti", "checkpointVolumeSize": "1Ti"}
+    rendering = render_config({**values, "filestoreConnectMode": mode, "filestoreReservedIpRange": reserved})
+    for storage_class in by_kind(rendering, "StorageClass"):
+        assert storage_class["parameters"] == {"tier": "standard", "network": "default", **parameters}

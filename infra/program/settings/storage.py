@@ -49,6 +49,19 @@ class StorageSettings(SettingsGroup):
         "default",
         "VPC network of the Filestore instances (storageProvider gke-filestore).",
     )
+    filestore_connect_mode: Literal["DIRECT_PEERING", "PRIVATE_SERVICE_ACCESS"] = key(
+        "filestoreConnectMode",
+        "DIRECT_PEERING",
+        "How Filestore instances join filestoreNetwork (the driver's connect-mode): DIRECT_PEERING, or "
+        "PRIVATE_SERVICE_ACCESS, which a Shared VPC needs (storageProvider gke-filestore).",
+    )
+    filestore_reserved_ip_range: str = key(
+        "filestoreReservedIpRange",
+        "",
+        "Addresses of the Filestore instances (storageProvider gke-filestore): with PRIVATE_SERVICE_ACCESS "
+        "the name of an allocated range (the driver refuses a CIDR there), with DIRECT_PEERING a CIDR "
+        "the driver picks each instance's block from; empty lets Google choose.",
+    )
     azure_files_sku: Literal["Premium_LRS", "Premium_ZRS", "Standard_LRS", "Standard_ZRS", "Standard_GRS"] = (
         key(
             "azureFilesSkuName",
