@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -189,24 +190,47 @@ def _volumes(
     return volumes, mounts
 
 
-def _affinity(settings: Settings, names: JobNames) -> core.AffinityArgs | None:
-    node = pod_anti = None
+def node_affinity(settings: Settings) -> core.NodeAffinityArgs | None:
+    """The required node affinity of jobNodeAffinity, or None."""
     expressions = scheduling.affinity_terms(settings.job_node_affinity)
-    if expressions:
-        node = core.NodeAffinityArgs(
-            required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(
-                node_selector_terms=[
-                    core.NodeSelectorTermArgs(
-                        match_expressions=[
-                            core.NodeSelectorRequirementArgs(
-                                key=e["key"], operator=e["operator"], values=e.get("values")
-                            )
-                            for e in expressions
-                        ]
-                    )
-                ]
-            )
+    if not expressions:
+        return None
+    return core.NodeAffinityArgs(
+        required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(
+            node_selector_terms=[
+                core.NodeSelectorTermArgs(
+                    match_expressions=[
+                        core.NodeSelectorRequirementArgs(
+                            key=e["key"], operator=e["operator"], values=e.get("values")
+                        )
+                        for e in expressions
+                    ]
+                )
+            ]
         )
+    )
+
+
+def job_node_pods(settings: Settings) -> dict[str, Any]:
+    """What places a pod on the job's nodes (PodSpecArgs keywords): jobNodeSelector, the tolerations
+    (the GPU taint's included when the job takes GPUs) and jobNodeAffinity."""
+    node = node_affinity(settings)
+    return {
+        "node_selector": scheduling.node_selector(settings.job_node_selector) or None,
+        "tolerations": [
+            core.TolerationArgs(
+                key=t["key"], operator=t["operator"], value=t.get("value"), effect=t["effect"]
+            )
+            for t in _tolerations(settings)
+        ]
+        or None,
+        "affinity": core.AffinityArgs(node_affinity=node) if node else None,
+    }
+
+
+def _affinity(settings: Settings, names: JobNames) -> core.AffinityArgs | None:
+    node = node_affinity(settings)
+    pod_anti = None
     if settings.job_one_pod_per_node:
         pod_anti = core.PodAntiAffinityArgs(
             required_during_scheduling_ignored_during_execution=[
@@ -274,6 +298,7 @@ def pod_template(
     v1, `node` for Kubeflow Trainer v2's torch plugin."""
     command, args = container_command(settings, names)
     volumes, mounts = _volumes(settings, data_claim, checkpoint_claim)
+    placement = job_node_pods(settings)
     container = core.ContainerArgs(
         name=container_name,
         image=settings.job_image,
@@ -299,14 +324,8 @@ def pod_template(
             service_account_name=service_account,
             automount_service_account_token=False,
             enable_service_links=False,
-            node_selector=scheduling.node_selector(settings.job_node_selector) or None,
-            tolerations=[
-                core.TolerationArgs(
-                    key=t["key"], operator=t["operator"], value=t.get("value"), effect=t["effect"]
-                )
-                for t in _tolerations(settings)
-            ]
-            or None,
+            node_selector=placement["node_selector"],
+            tolerations=placement["tolerations"],
             affinity=_affinity(settings, names),
             priority_class_name=settings.job_priority_class_name or None,
             security_context=pod_security(settings),

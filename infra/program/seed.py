@@ -38,8 +38,9 @@ from infra.program.jobs import (
     wait_annotations,
 )
 from infra.program.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
-from infra.program.podspec import base_env, container_security, pod_security, s3_env
+from infra.program.podspec import base_env, container_security, job_node_pods, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings
+from infra.program.storage import binds_at_first_consumer
 
 core = k8s.core.v1
 net = k8s.networking.v1
@@ -97,6 +98,8 @@ def seed_pod_template(
                 core.VolumeArgs(name="tmp", empty_dir=empty(size_limit="1Gi")),
             ],
             restart_policy="Never",
+            # A zonal volume is created where its first consumer runs: the seed, on the job's nodes.
+            **(job_node_pods(settings) if binds_at_first_consumer(settings) else {}),
             service_account_name=service_account,
             automount_service_account_token=False,
             enable_service_links=False,

@@ -52,6 +52,12 @@ def filestore_addressing(settings: Settings) -> dict[str, str]:
     return found
 
 
+def binds_at_first_consumer(settings: Settings) -> bool:
+    """Whether the created classes bind WaitForFirstConsumer (every cloud preset: the volume is created
+    in the zone of the node its first pod runs on), not Immediate (nfs-csi, an existing server)."""
+    return settings.storage_provider not in ("nfs-csi", "existing")
+
+
 def data_class_name(settings: Settings) -> str:
     """The data claim's StorageClass: its own (`<storageClassName>-data`, reclaimPolicy
     dataReclaimPolicy) for a created preset, the existing class otherwise."""
@@ -105,7 +111,7 @@ def storage_class_args(settings: Settings, data: bool = False) -> dict[str, Any]
         parameters=parameters,
         mount_options=mount_options or None,
         reclaim_policy=settings.data_reclaim_policy if data else settings.storage_reclaim_policy,
-        volume_binding_mode="Immediate" if provider == "nfs-csi" else "WaitForFirstConsumer",
+        volume_binding_mode="WaitForFirstConsumer" if binds_at_first_consumer(settings) else "Immediate",
         allow_volume_expansion=provider != "aws-efs",
     )
 

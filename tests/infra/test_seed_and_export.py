@@ -228,3 +228,25 @@ def test_a_seed_job_that_is_not_complete_in_the_cluster_runs_again_at_the_next_u
     # Only the seed: a running training job is never replaced just because it has not finished yet.
     (training,) = [r for r in by_kind(rendering, "Job") if r["metadata"]["name"] == "mnist-r1"]
     assert "pulumi.com/replaceUnready" not in training["metadata"]["annotations"]
+
+
+def test_on_a_zonal_class_the_seed_runs_on_the_jobs_nodes():
+    """A WaitForFirstConsumer volume is created in its first pod's zone: the seed's, on the job's nodes."""
+    from tests.infra.conftest import by_kind, render_config
+
+    placement = {
+        "jobNodeSelector": ["pool=gpu"],
+        "jobGpusPerNode": 1,
+        "jobNodeAffinity": ["topology.kubernetes.io/zone In z1,z2"],
+    }
+    zonal = {"storageProvider": "gke-filestore", "dataVolumeSize": "1Ti", "checkpointVolumeSize": "1Ti"}
+    for storage, follows in (({}, False), (zonal, True)):
+        rendering = render_config({"seedSource": "https", **storage, **placement})
+        (seed,) = [j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed"]
+        spec = seed["spec"]["template"]["spec"]
+        assert ("nodeSelector" in spec) == follows
+        if follows:
+            assert spec["nodeSelector"] == {"pool": "gpu"}
+            assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu"}
+            assert "podAntiAffinity" not in spec["affinity"] and "nodeAffinity" in spec["affinity"]
+            assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])
