@@ -128,16 +128,21 @@ def s3_env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[co
             core.EnvVarArgs(name="AWS_REGION", value=settings.minio_region),
         ]
     if secret_name is not None:
-        env += [
-            core.EnvVarArgs(
-                name=var,
-                value_from=core.EnvVarSourceArgs(
-                    secret_key_ref=core.SecretKeySelectorArgs(name=secret_name, key=var)
-                ),
-            )
-            for var in (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
-        ]
+        env += s3_key_env(secret_name)
     return env
+
+
+def s3_key_env(secret_name: pulumi.Input[str]) -> list[core.EnvVarArgs]:
+    """The S3 key pair as references to Secret `secret_name`'s keys of the same names."""
+    return [
+        core.EnvVarArgs(
+            name=var,
+            value_from=core.EnvVarSourceArgs(
+                secret_key_ref=core.SecretKeySelectorArgs(name=secret_name, key=var)
+            ),
+        )
+        for var in (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+    ]
 
 
 def _resources(settings: Settings) -> core.ResourceRequirementsArgs:

@@ -37,8 +37,8 @@ from infra.program.jobs import (
     wait_annotations,
 )
 from infra.program.meta import JOB_LABEL, labels
-from infra.program.podspec import base_env, container_security, pod_security
-from infra.program.seed import REPLACE_UNREADY
+from infra.program.podspec import base_env, container_security, pod_security, s3_key_env
+from infra.program.seed import REPLACE_UNREADY, seed_resources
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.prerequisites import (
     MINIO,
@@ -223,15 +223,7 @@ def fill_pod(settings: Settings) -> core.PodTemplateSpecArgs:
         *base_env(),
         core.EnvVarArgs(name="AWS_ENDPOINT_URL", value=f"http://{MINIO_ENDPOINT}"),
         core.EnvVarArgs(name="AWS_REGION", value=settings.minio_region),
-        *(
-            core.EnvVarArgs(
-                name=var,
-                value_from=core.EnvVarSourceArgs(
-                    secret_key_ref=core.SecretKeySelectorArgs(name=MINIO_SECRET, key=var)
-                ),
-            )
-            for var in (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
-        ),
+        *s3_key_env(MINIO_SECRET),
     ]
     container = core.ContainerArgs(
         name=FILL_CONTAINER,
@@ -240,9 +232,7 @@ def fill_pod(settings: Settings) -> core.PodTemplateSpecArgs:
         command=["python", "-m", "trainer.seed"],
         args=fill_args(settings),
         env=env,
-        resources=core.ResourceRequirementsArgs(
-            requests={"cpu": "250m", "memory": "256Mi"}, limits={"memory": "512Mi"}
-        ),
+        resources=seed_resources(),
         volume_mounts=[core.VolumeMountArgs(name="tmp", mount_path="/tmp")],
         security_context=container_security(),
     )

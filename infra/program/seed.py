@@ -48,6 +48,7 @@ SEED_JOB = f"{PROJECT}-seed"
 CONTAINER = "seed"
 SEED_CPU_REQUEST = "250m"
 SEED_MEMORY_REQUEST = "256Mi"
+SEED_MEMORY_LIMIT = "512Mi"
 HTTPS = 443
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 
@@ -58,6 +59,14 @@ def seed_args(settings: Settings) -> list[str]:
     if settings.seed_source == "s3":
         return [*args, f"--from=s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/")]
     return [*args, *(f"--mirror={url}" for url in settings.seed_mirrors)]
+
+
+def seed_resources() -> core.ResourceRequirementsArgs:
+    """What a `python -m trainer.seed` container asks for: the seed Job's and the prerequisites' fill."""
+    return core.ResourceRequirementsArgs(
+        requests={"cpu": SEED_CPU_REQUEST, "memory": SEED_MEMORY_REQUEST},
+        limits={"memory": SEED_MEMORY_LIMIT},
+    )
 
 
 def seed_pod_template(
@@ -74,9 +83,7 @@ def seed_pod_template(
         command=["python", "-m", "trainer.seed"],
         args=seed_args(settings),
         env=[*base_env(), *(s3_env(settings, secret_name) if settings.seed_source == "s3" else [])],
-        resources=core.ResourceRequirementsArgs(
-            requests={"cpu": SEED_CPU_REQUEST, "memory": SEED_MEMORY_REQUEST}, limits={"memory": "512Mi"}
-        ),
+        resources=seed_resources(),
         volume_mounts=[
             core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT),
             core.VolumeMountArgs(name="tmp", mount_path="/tmp"),

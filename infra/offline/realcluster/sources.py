@@ -25,6 +25,7 @@ import yaml
 from infra.offline.realcluster.build import module_dir
 from infra.offline.realcluster.cluster import ClusterError
 from infra.offline.realcluster.parts import PARTS
+from infra.program.settings.prerequisites import NFS_CSI_VERSION
 
 OPERATOR_MODULE = "github.com/kubeflow/training-operator"
 KSERVE_MODULE = "github.com/kserve/kserve"
@@ -33,7 +34,7 @@ JOBSET_MODULE = "sigs.k8s.io/jobset"
 
 
 CHARTS = Path(__file__).resolve().parent / "charts"
-CSI_DRIVER_NFS_CHART = "csi-driver-nfs-4.11.0.tgz"
+CSI_DRIVER_NFS_CHART = f"csi-driver-nfs-{NFS_CSI_VERSION.lstrip('v')}.tgz"  # the prerequisites' pin
 CSI_DRIVER_NFS_SHA256 = "e44bcd7f6934fe6cb07194a1b6e780ca4a428c5d37330a9db2bfa7a9300c8da5"
 
 
