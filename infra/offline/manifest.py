@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import yaml
@@ -12,6 +12,9 @@ from pulumi.runtime.mocks import MockMonitor
 
 from infra.offline.stackconfig import StackConfig
 from infra.program.settings import PROJECT, Settings
+
+if TYPE_CHECKING:
+    from infra.program.runwatch import RunWatch
 
 REDACTED = "[redacted]"
 SET_BY_API_SERVER = "<set by the API server>"
@@ -221,8 +224,10 @@ def _sort_key(obj: dict[str, Any]) -> tuple[int, str, str]:
 def run_program(
     stack: StackConfig,
     mocks: RecordingMocks | None = None,
+    watch: RunWatch | None = None,
 ) -> tuple[RecordingMocks, dict[str, Any]]:
-    """Runs `infra.program.stack` for a stack under mocks. Raises ConfigError before registering anything."""
+    """Runs `infra.program.stack` for a stack under mocks. Raises ConfigError before registering anything.
+    `watch`: how the program waits for the runs (none: the outcomes come from the mocked status)."""
     from infra.program.config import load_settings
     from infra.program.stack import build
 
@@ -238,7 +243,9 @@ def run_program(
         settings, credentials = load_settings()
         settings = with_offline_platform(settings, stack.name, credentials is not None)
         result = {
-            k: pulumi.Output.from_input(v) for k, v in build(settings, credentials).items() if v is not None
+            k: pulumi.Output.from_input(v)
+            for k, v in build(settings, credentials, watch).items()
+            if v is not None
         }
         return pulumi.Output.all(**result).apply(outputs.update)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -12,6 +12,9 @@ import pulumi_kubernetes as k8s
 from infra.program.meta import CONTAINER, JOB_LABEL, PERMANENT_EXIT_CODES, JobNames, labels
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
+
+if TYPE_CHECKING:
+    from infra.program.runwatch import RunWatch
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,9 @@ class JobInputs:
     # NetworkPolicy). Passed to the job resource itself: a component's depends_on does not hold back
     # the children it registers.
     after: tuple[pulumi.Resource, ...] = ()
+    # How `pulumi up` waits for the run (None: it reads the outcome from the job's recorded status, as
+    # under mocks; see run_outcome).
+    watch: RunWatch | None = None
 
 
 DONE_CONDITION = {"PyTorchJob": "Succeeded", "Job": "Complete", "TrainJob": "Complete"}
@@ -110,6 +116,25 @@ def failure_gate(job: pulumi.Resource, kind: str, name: str, logs: str) -> pulum
     return status.apply(lambda s: job_outcome(s, kind, name, logs))
 
 
+def run_outcome(
+    job: pulumi.Resource,
+    kind: str,
+    name: str,
+    logs: str,
+    settings: Settings,
+    watch: RunWatch | None,
+) -> pulumi.Output[str]:
+    """The run's outcome: awaited by the program's watch (`infra/program/runwatch.py`: it fails fast on
+    a placement that cannot happen), or, without one, read from the job's recorded status
+    (`failure_gate`). Export it, and gate what must follow a successful run with `after_success`."""
+    if watch is None:
+        return failure_gate(job, kind, name, logs)
+    from infra.program.runwatch import Target
+
+    target = Target(kind=kind, name=name, namespace=settings.namespace, logs=logs)
+    return watch.outcome(job, target, settings.job_wait_timeout_seconds)
+
+
 T = TypeVar("T")
 
 
@@ -190,16 +215,13 @@ def queue_label(settings: Settings) -> dict[str, str]:
 
 
 def job_metadata(
-    settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str], kind: str
+    settings: Settings, inputs: JobInputs, namespace: pulumi.Input[str]
 ) -> k8s.meta.v1.ObjectMetaArgs:
-    """Name, labels (Kueue queue) and the annotations that tell Pulumi whether to wait for the run."""
+    """Name, labels (Kueue queue) and the provider's wait: none beyond the create, with jobWait too (the
+    program waits for the run, `run_outcome`), while a deletion stays awaited (`no_wait_annotations`)."""
     job_labels = {**labels(settings, "trainer"), **queue_label(settings)}
-    if settings.job_wait:
-        annotations = wait_annotations(kind, settings.job_wait_timeout_seconds)
-    else:
-        annotations = no_wait_annotations()
     return k8s.meta.v1.ObjectMetaArgs(
-        name=inputs.names.job, namespace=namespace, labels=job_labels, annotations=annotations
+        name=inputs.names.job, namespace=namespace, labels=job_labels, annotations=no_wait_annotations()
     )
 
 
@@ -277,7 +299,7 @@ class PyTorchJob(pulumi.ComponentResource):
         job = CustomResourceWithStatus(
             f"{name}-job",
             "PyTorchJob",
-            metadata=job_metadata(settings, inputs, namespace, "PyTorchJob"),
+            metadata=job_metadata(settings, inputs, namespace),
             spec={
                 "nprocPerNode": str(settings.job_procs_per_node),
                 "runPolicy": run_policy,
@@ -290,8 +312,13 @@ class PyTorchJob(pulumi.ComponentResource):
         # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
         self.job_name = job.id.apply(lambda _: inputs.names.job)
         self.outcome = (
-            failure_gate(
-                job, "PyTorchJob", inputs.names.job, training_logs(settings, inputs.names.job, follow=False)
+            run_outcome(
+                job,
+                "PyTorchJob",
+                inputs.names.job,
+                training_logs(settings, inputs.names.job, follow=False),
+                settings,
+                inputs.watch,
             )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
@@ -373,7 +400,7 @@ class IndexedJob(pulumi.ComponentResource):
         )
         job = k8s.batch.v1.Job(
             f"{name}-job",
-            metadata=job_metadata(settings, inputs, namespace, "Job"),
+            metadata=job_metadata(settings, inputs, namespace),
             spec=k8s.batch.v1.JobSpecArgs(
                 completion_mode="Indexed",
                 completions=nodes,
@@ -395,7 +422,14 @@ class IndexedJob(pulumi.ComponentResource):
         )
         self.job_name = job.metadata.name
         self.outcome = (
-            failure_gate(job, "Job", names.job, training_logs(settings, names.job, follow=False))
+            run_outcome(
+                job,
+                "Job",
+                names.job,
+                training_logs(settings, names.job, follow=False),
+                settings,
+                inputs.watch,
+            )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
         )

@@ -17,6 +17,7 @@ from infra.program import scheduling
 from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from infra.program.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
 from infra.program.settings import Settings, parse_quantity
+from infra.program.settings.interconnect import extended_resources, host_mounts, split_pair
 
 core = k8s.core.v1
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -113,6 +114,14 @@ def _env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core
     return env + s3_env(settings, secret_name)
 
 
+def with_user_env(env: list[core.EnvVarArgs], entries: Sequence[str]) -> list[core.EnvVarArgs]:
+    """`env` with jobExtraEnv's `NAME=value` entries appended, each replacing a variable of the same name
+    (NCCL_DEBUG; the checks refuse the names the bundle derives from other keys)."""
+    extra = dict(split_pair(e) for e in entries)
+    kept = [e for e in env if e.name not in extra]
+    return kept + [core.EnvVarArgs(name=name, value=value) for name, value in extra.items()]
+
+
 def base_env() -> list[core.EnvVarArgs]:
     """What every container of ours needs on a read-only root: unbuffered output, HOME on /tmp."""
     return [core.EnvVarArgs(name="PYTHONUNBUFFERED", value="1"), core.EnvVarArgs(name="HOME", value="/tmp")]
@@ -152,6 +161,9 @@ def _resources(settings: Settings) -> core.ResourceRequirementsArgs:
         limits["cpu"] = settings.job_cpu_limit
     if settings.job_gpus_per_node:
         requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(settings.job_gpus_per_node)
+    # Extended resources (EFA, RDMA) cannot be overcommitted: request equals limit.
+    for name, amount in extended_resources(settings.job_extra_resources).items():
+        requests[name] = limits[name] = amount
     return core.ResourceRequirementsArgs(requests=requests, limits=limits)
 
 
@@ -257,11 +269,12 @@ def _tolerations(settings: Settings) -> list[dict[str, str]]:
     return tolerations
 
 
-def container_security() -> core.SecurityContextArgs:
-    """Pod Security 'restricted' for a container of ours: no escalation, no capabilities, read-only root."""
+def container_security(add: Sequence[str] = ()) -> core.SecurityContextArgs:
+    """Pod Security 'restricted' for a container of ours: no escalation, no capabilities (but `add`,
+    jobAddCapabilities, which the namespace's level must allow), read-only root."""
     return core.SecurityContextArgs(
         allow_privilege_escalation=False,
-        capabilities=core.CapabilitiesArgs(drop=["ALL"]),
+        capabilities=core.CapabilitiesArgs(drop=["ALL"], add=list(add) or None),
         read_only_root_filesystem=True,
         run_as_non_root=True,
     )
@@ -303,6 +316,10 @@ def pod_template(
     v1, `node` for Kubeflow Trainer v2's torch plugin."""
     command, args = container_command(settings, names)
     volumes, mounts = _volumes(settings, data_claim, checkpoint_claim)
+    for index, (host, mount, read_only) in enumerate(host_mounts(settings.job_host_path_mounts)):
+        name = f"host-{index}"
+        volumes.append(core.VolumeArgs(name=name, host_path=core.HostPathVolumeSourceArgs(path=host)))
+        mounts.append(core.VolumeMountArgs(name=name, mount_path=mount, read_only=read_only or None))
     placement = job_node_pods(settings)
     container = core.ContainerArgs(
         name=container_name,
@@ -310,17 +327,18 @@ def pod_template(
         image_pull_policy=settings.image_pull_policy,
         command=command,
         args=args,
-        env=[*_env(settings, secret_name), *extra_env],
+        env=with_user_env([*_env(settings, secret_name), *extra_env], settings.job_extra_env),
         ports=[core.ContainerPortArgs(name=PORT_NAME, container_port=settings.job_master_port)],
         resources=_resources(settings),
         volume_mounts=mounts,
-        security_context=container_security(),
+        security_context=container_security(settings.job_add_capabilities),
     )
+    annotations = {
+        "sidecar.istio.io/inject": "false",
+        **dict(split_pair(a) for a in settings.job_pod_annotations),
+    }
     return core.PodTemplateSpecArgs(
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            labels=pod_labels(settings, names),
-            annotations={"sidecar.istio.io/inject": "false"},
-        ),
+        metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels(settings, names), annotations=annotations),
         spec=core.PodSpecArgs(
             containers=[container],
             volumes=volumes,

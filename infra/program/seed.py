@@ -25,22 +25,27 @@ flavorassigner.go`: a resource outside the ClusterQueue's resourceGroups is "una
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.isolation import dns_egress, job_pods, s3_destination, s3_egress
 from infra.program.jobs import (
-    failure_gate,
     logs_command,
+    no_wait_annotations,
     pod_failure_policy,
     queue_label,
     replace_on_any_change,
-    wait_annotations,
+    run_outcome,
 )
 from infra.program.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
 from infra.program.podspec import base_env, container_security, job_node_pods, pod_security, s3_env
 from infra.program.settings import PROJECT, Settings
 from infra.program.storage import binds_at_first_consumer
+
+if TYPE_CHECKING:
+    from infra.program.runwatch import RunWatch
 
 core = k8s.core.v1
 net = k8s.networking.v1
@@ -145,6 +150,7 @@ class DataSeed(pulumi.ComponentResource):
         secret_name: pulumi.Input[str] | None,
         service_account: pulumi.Input[str] | None,
         queue: pulumi.Resource | None = None,
+        watch: RunWatch | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{PROJECT}:data:DataSeed", name, {}, opts)
@@ -167,12 +173,10 @@ class DataSeed(pulumi.ComponentResource):
                 name=SEED_JOB,
                 namespace=namespace,
                 labels={**labels(settings, "seed"), **queue_label(settings)},
-                # Always awaited: the training job must not start on an empty volume. Replaced at the
-                # next `pulumi up` unless it is Complete in the cluster (a failed seed runs again).
-                annotations={
-                    **wait_annotations("Job", settings.job_wait_timeout_seconds),
-                    REPLACE_UNREADY: "true",
-                },
+                # Always awaited (by the program: `run_outcome`): the training job must not start on an
+                # empty volume. Replaced at the next `pulumi up` unless it is Complete in the cluster (a
+                # failed seed runs again).
+                annotations={**no_wait_annotations(), REPLACE_UNREADY: "true"},
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=settings.seed_backoff_limit,
@@ -183,5 +187,5 @@ class DataSeed(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change(after)),
         )
         logs = logs_command(settings.namespace, SEED_JOB, settings.seed_backoff_limit + 1, follow=False)
-        self.outcome = failure_gate(self.job, "Job", SEED_JOB, logs)
+        self.outcome = run_outcome(self.job, "Job", SEED_JOB, logs, settings, watch)
         self.register_outputs({})

@@ -4,6 +4,8 @@ job succeeded), outputs."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -11,6 +13,7 @@ from infra.program import platform
 from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
+from infra.program.device_plugin import NvidiaDevicePlugin
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
 from infra.program.kserve import KServe
@@ -24,6 +27,9 @@ from infra.program.smoke import SmokeCheck
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
+
+if TYPE_CHECKING:
+    from infra.program.runwatch import RunWatch
 
 
 def _namespace(settings: Settings) -> pulumi.Input[str]:
@@ -68,6 +74,10 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     smoke = smoke_checks(settings, operator, trainer)
     outputs.update(smoke)
     priority_classes(settings)
+    if settings.gpu_device_plugin == "install":
+        outputs["gpuDevicePlugin"] = NvidiaDevicePlugin(
+            "gpu-device-plugin", settings
+        ).daemon_set.metadata.name
     outputs[platform.OUTPUT] = facts_after(settings, smoke)
     return outputs
 
@@ -108,8 +118,12 @@ def smoke_checks(
     return dict(check.outcomes)
 
 
-def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pulumi.Input[object]]:
-    """Registers every resource of the stack; returns the stack outputs (no secret among them)."""
+def build(
+    settings: Settings, credentials: S3Credentials | None, watch: RunWatch | None = None
+) -> dict[str, pulumi.Input[object]]:
+    """Registers every resource of the stack; returns the stack outputs (no secret among them). `watch`
+    is how `pulumi up` waits for the seed and the job (`main` passes one reading the cluster; without,
+    as under mocks, the outcomes come from the jobs' recorded status)."""
     from infra.program.storage import TrainingStorage
 
     if settings.stack_role == "platform":
@@ -141,6 +155,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
             secret_name,
             identity.service_account_name,
             queue=queue,  # queued like the training job, once its LocalQueue exists
+            watch=watch,
         )
         after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
     operator: TrainingOperator | ExistingOperatorPatch | None = None
@@ -156,6 +171,8 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         after += (trainer,)
     smoke = smoke_checks(settings, operator, trainer)
     after += tuple(priority_classes(settings))  # before any pod names one
+    if settings.gpu_device_plugin == "install":
+        after += (NvidiaDevicePlugin("gpu-device-plugin", settings).daemon_set,)  # GPUs before the job
     if queue is not None:
         after += (queue,)
     if settings.job_network_policy:
@@ -171,6 +188,7 @@ def build(settings: Settings, credentials: S3Credentials | None) -> dict[str, pu
         secret_name=secret_name,
         service_account=identity.service_account_name,
         after=after,
+        watch=watch,
     )
     if settings.job_kind == "pytorchjob":
         job: PyTorchJob | IndexedJob | TrainJob = PyTorchJob("trainer", settings, inputs, namespace)
@@ -240,7 +258,7 @@ def main() -> None:
     except ConfigError as exc:
         raise pulumi.RunError(str(exc)) from None
     if not settings.platform_stack:
-        _export(build(settings, credentials))
+        _export(build(settings, credentials, live_watch(settings)))
         return
 
     async def with_platform() -> None:
@@ -258,9 +276,29 @@ def main() -> None:
             taken = platform.take(settings, found, pulumi.get_stack(), credentials is not None)
         except platform.PlatformMismatch as exc:
             raise pulumi.RunError(str(exc)) from None
-        _export(build(taken, credentials))
+        _export(build(taken, credentials, live_watch(taken)))
 
     pulumi.run(with_platform)
+
+
+def live_watch(settings: Settings) -> RunWatch | None:
+    """The watch `pulumi up` waits for the seed and the job with (`infra/program/runwatch.py`), reading
+    the cluster with the provider's kubeconfig and context. In a preview it only reads once, and a
+    cluster the preview cannot reach (as the provider previews without one) leaves the outcomes to the
+    jobs' recorded status."""
+    from infra.program.kubeapi import KubeConfigError, provider_reader
+    from infra.program.runwatch import RunWatch
+
+    if settings.stack_role in ("platform", "prerequisites") or not (settings.seeds_data or settings.job_wait):
+        return None
+    previewing = pulumi.runtime.is_dry_run()
+    try:
+        reader = provider_reader()
+    except KubeConfigError as exc:
+        if previewing:
+            return None
+        raise pulumi.RunError(str(exc)) from None
+    return RunWatch(reader, wait=not previewing, placement_seconds=settings.job_placement_timeout_seconds)
 
 
 def _export(outputs: dict[str, pulumi.Input[object]]) -> None:

@@ -38,9 +38,9 @@ import pulumi_kubernetes as k8s
 from infra.program.jobs import (
     CustomResourceWithStatus,
     JobInputs,
-    failure_gate,
     job_metadata,
     replace_on_any_change,
+    run_outcome,
     training_logs,
 )
 from infra.program.meta import PERMANENT_EXIT_CODES, labels
@@ -179,7 +179,7 @@ class TrainJob(pulumi.ComponentResource):
         job = CustomResourceWithStatus(
             f"{name}-job",
             "TrainJob",
-            metadata=job_metadata(settings, inputs, namespace, "TrainJob"),
+            metadata=job_metadata(settings, inputs, namespace),
             spec=trainjob_spec(settings, names.job),
             opts=pulumi.ResourceOptions.merge(
                 child,
@@ -194,7 +194,14 @@ class TrainJob(pulumi.ComponentResource):
         )
         self.job_name = job.id.apply(lambda _: names.job)
         self.outcome = (
-            failure_gate(job, "TrainJob", names.job, training_logs(settings, names.job, follow=False))
+            run_outcome(
+                job,
+                "TrainJob",
+                names.job,
+                training_logs(settings, names.job, follow=False),
+                settings,
+                inputs.watch,
+            )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
         )

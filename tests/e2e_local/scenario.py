@@ -49,6 +49,7 @@ def platform_config() -> dict[str, str]:
         **e2e_platform_config(IMAGE),
         "ddp-mnist:operatorSource": str(sources.operator_overlay()),
         "ddp-mnist:priorityClasses": json.dumps([f"{PRIORITY_CLASS}={PRIORITY}"]),
+        "ddp-mnist:gpuDevicePlugin": "install",  # as eks-platform's and aks-platform's
     }
 
 

@@ -5,7 +5,8 @@ against the real engine, API server, controllers and training operator, in this 
    privileged namespace, csi-driver-nfs from its pinned chart, MinIO, the Job that fills its bucket
    (its pod runs no process under KWOK: the engine's ordering and waits are proven here, the fill by
    `make e2e`); it serves the addresses the dev stack names;
-1. the platform stack comes up on an empty cluster, its smoke check passes;
+1. the platform stack comes up on an empty cluster, its smoke check passes, the NVIDIA device plugin's
+   DaemonSet (gpuDevicePlugin: install) is rolled out on every node;
 2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
    the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused,
    every pod admitted under the namespace's ResourceQuota;
@@ -108,6 +109,11 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     assert live.exists("crd", "pytorchjobs.kubeflow.org")
     deployment = live.get("deployment", "training-operator", "kubeflow")
     assert deployment["status"].get("availableReplicas") == 1
+    # The NVIDIA device plugin on every node (its pods run no process under KWOK; the DaemonSet
+    # controller placed one on each node, tainted GPU pools included, and `up` awaited the rollout).
+    plugin = live.get("daemonset", "nvidia-device-plugin-daemonset", "kube-system")["status"]
+    assert plugin["numberReady"] == plugin["desiredNumberScheduled"] == len(live.items("node", "default"))
+    assert outputs["gpuDevicePlugin"] == "nvidia-device-plugin-daemonset"
 
 
 def test_2_a_job_stack_seeds_before_it_trains_and_serves(job: dict) -> None:

@@ -55,8 +55,13 @@ PLATFORM_INSTALLS = {
 
 # ...and the post-install smoke check of each: its namespace, a PyTorchJob, and for Trainer v2 a TrainJob.
 PLATFORM_SMOKE = {
-    "aks-platform": ["Namespace/ddp-mnist-smoke", "PyTorchJob/operator-smoke"],
-    "eks-platform": ["PriorityClass/training-high"],  # no operator: no smoke check
+    "aks-platform": [
+        "Namespace/ddp-mnist-smoke",
+        "PyTorchJob/operator-smoke",
+        "DaemonSet/nvidia-device-plugin-daemonset",
+    ],
+    # No operator: no smoke check.
+    "eks-platform": ["PriorityClass/training-high", "DaemonSet/nvidia-device-plugin-daemonset"],
     "gke-platform": [
         "Namespace/ddp-mnist-smoke",
         "PyTorchJob/operator-smoke",
@@ -67,7 +72,7 @@ PLATFORM_SMOKE = {
 
 
 @pytest.mark.parametrize("name", PLATFORM_STACKS)
-def test_a_platform_stack_installs_only_the_operators_and_their_smoke_check(name):
+def test_a_platform_stack_installs_only_the_operators_their_smoke_check_and_the_gpu_plugin(name):
     rendering = render(load_stack(name))
     # KServe's release manifest leaves its namespace out: the stack creates it.
     kserve = ["Namespace/kserve"] if rendering.settings.kserve_install else []
@@ -77,7 +82,7 @@ def test_a_platform_stack_installs_only_the_operators_and_their_smoke_check(name
         o["metadata"].get("namespace", "ddp-mnist-smoke")
         for o in rendering.objects
         if o["kind"] not in ("Namespace", "PriorityClass")  # cluster-scoped
-    } <= {"ddp-mnist-smoke"}
+    } <= {"ddp-mnist-smoke", "kube-system"}  # the device plugin's, upstream's namespace
     sources = sorted(
         (r.inputs.get("directory") or r.inputs["file"]).rsplit("/", 1)[-1] for r in rendering.external
     )

@@ -355,12 +355,9 @@ def test_wait_annotations_and_run_policy():
         ),
         "PyTorchJob",
     )
-    assert job["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": (
-            "jsonpath={.status.conditions[?(@.status=='True' && (@.type=='Succeeded' || @.type=='Failed'))].type}"
-        ),
-        "pulumi.com/timeoutSeconds": "900",
-    }
+    # The program waits for the run (infra/program/runwatch.py); the provider only for the create (and
+    # for a deletion), with jobWait as without.
+    assert job["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert job["spec"]["runPolicy"] == {
         "cleanPodPolicy": "None",

@@ -94,11 +94,10 @@ def test_the_training_job_waits_for_the_seed_job_and_both_are_admitted(kind):
     assert [p.owner for p in view.admission.pods][0] == "Job/ddp-mnist-seed"
 
 
-def test_the_seed_job_is_always_awaited_until_it_ends_either_way():
+def test_the_seed_job_is_created_for_the_programs_wait_and_replaced_unless_complete():
     annotations = _seed(render_config({"seedSource": "https"}))["metadata"]["annotations"]
-    assert annotations["pulumi.com/waitFor"] == (
-        "jsonpath={.status.conditions[?(@.status=='True' && (@.type=='Complete' || @.type=='Failed'))].type}"
-    )
+    # The program waits for it (infra/program/runwatch.py); the provider only for its create and deletion.
+    assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}", "pulumi.com/replaceUnready": "true"}
 
 
 def test_model_export_goes_to_the_bucket_under_the_jobs_name():

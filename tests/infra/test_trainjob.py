@@ -280,13 +280,8 @@ def test_retries_and_ttl_map_to_jobset_failure_policy_and_ttl(incidents, ttl):
 
 def test_waiting_for_a_trainjob_ends_on_complete_or_failed_and_a_failure_fails_the_deployment():
     trainjob = one(_trainjob({"jobWait": True, "jobWaitTimeoutSeconds": 900}), "TrainJob")
-    assert trainjob["metadata"]["annotations"] == {
-        "pulumi.com/waitFor": (
-            "jsonpath={.status.conditions[?(@.status=='True' && "
-            "(@.type=='Complete' || @.type=='Failed'))].type}"
-        ),
-        "pulumi.com/timeoutSeconds": "900",
-    }
+    # The program waits (infra/program/runwatch.py), ending on these conditions.
+    assert trainjob["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     done = {"conditions": [{"type": "Complete", "status": "True"}]}
     logs = "kubectl -n ddp-mnist logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     assert job_outcome(done, "TrainJob", "mnist-r1", logs) == "Complete"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from infra.program.checks import (
     budget,
+    interconnect,
     job,
     operators,
     prerequisites,
@@ -33,6 +34,7 @@ CHECKS: tuple[Check, ...] = (
     s3.existing_secret,
     operators.operator_source,
     job.scheduling,
+    interconnect.interconnect,
     budget.namespace_budget,
     operators.operator_init_container,
     queue.kueue,

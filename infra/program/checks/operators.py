@@ -55,6 +55,7 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
     installs = s.operator_install or s.operator_patch_existing or s.trainer_install or s.kserve_install
+    installs = installs or s.gpu_device_plugin == "install"
     if s.stack_role == "platform" and not (installs or s.priority_classes):
         yield ConfigError(
             "operatorInstall",
@@ -74,6 +75,13 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
             s.priority_classes,
             f"empty when stackRole is {s.stack_role}: PriorityClasses are cluster-wide, the platform "
             "stack's to create",
+        )
+    if s.gpu_device_plugin == "install" and s.stack_role not in ("platform", "all"):
+        yield ConfigError(
+            "gpuDevicePlugin",
+            s.gpu_device_plugin,
+            f"present when stackRole is {s.stack_role}: the device plugin is a node agent of the whole "
+            "cluster, the platform stack's to install",
         )
     if s.platform_stack and s.stack_role != "job":
         yield ConfigError(

@@ -21,6 +21,7 @@ from infra.program.settings.base import (
     parse_quantity,
 )
 from infra.program.settings.cluster import ClusterSettings, NamespaceBudgetSettings
+from infra.program.settings.interconnect import JobInterconnectSettings
 from infra.program.settings.job import JobOutputSettings, JobSettings
 from infra.program.settings.lifecycle import JobLifecycleSettings
 from infra.program.settings.network import NetworkSettings, RendezvousSettings
@@ -66,6 +67,7 @@ class Settings(
     RendezvousSettings,
     QueueSettings,
     JobLifecycleSettings,
+    JobInterconnectSettings,
     JobPlacementSettings,
     JobResourceSettings,
     JobOutputSettings,

@@ -31,6 +31,14 @@ TRAINER_MASTER_PORT = 29500
 OPERATOR_INIT_IMAGE = (
     "docker.io/library/alpine:3.20@sha256:d9e853e87e55526f6b2917df91a2115c36dd7c696a35be12163d44e6e2a4b6bc"
 )
+# The NVIDIA device plugin v0.19.3 (its static manifest deployments/static/nvidia-device-plugin.yml at
+# that tag names the tag alone). The digest is the one NVIDIA's GPU Operator bundle v26.3.3 and several
+# public image lists pin for that tag (nothing here can pull it); re-check with `docker buildx imagetools
+# inspect nvcr.io/nvidia/k8s-device-plugin:v0.19.3` before changing it.
+GPU_DEVICE_PLUGIN_IMAGE = (
+    "nvcr.io/nvidia/k8s-device-plugin:v0.19.3"
+    "@sha256:25cc340fe6fd53c101e16fc452f503e7a92c219c64a80ed5381784b522dbbf77"
+)
 
 # Config keys that hold secrets: read with `require_secret`, never part of the plain model.
 SECRET_KEYS = {

@@ -47,3 +47,12 @@ class JobLifecycleSettings(SettingsGroup):
     job_wait_timeout_seconds: int = key(
         "jobWaitTimeoutSeconds", 3600, "How long `pulumi up` waits for the job (jobWait).", ge=60
     )
+    job_placement_timeout_seconds: int = key(
+        "jobPlacementTimeoutSeconds",
+        300,
+        "Fail `pulumi up` with the cause when, while it waits for the seed or the job, a pod stays "
+        "unschedulable, a claim unbound, a container unable to start (image pull, missing Secret) or the "
+        "job without any pod for this long; nodes that an autoscaler is adding count as progress.",
+        ge=10,
+        le=86400,
+    )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import field_validator
 
 from infra.program.settings.base import (
     DNS_LABEL,
+    GPU_DEVICE_PLUGIN_IMAGE,
     SettingsGroup,
+    check_pinned_image,
     key,
     optional_dns_label,
     optional_quantity,
@@ -66,6 +70,25 @@ class JobPlacementSettings(SettingsGroup):
         "1000000000, the highest a user-defined class may have), e.g. training-high=100000; exported "
         "in the stack's `platform` output for the job stacks that name one (jobPriorityClassName).",
     )
+
+    gpu_device_plugin: Literal["present", "install"] = key(
+        "gpuDevicePlugin",
+        "present",
+        "Platform (or all) stacks: 'install' the NVIDIA device plugin (a DaemonSet in kube-system, "
+        "gpuDevicePluginImage) where the cloud leaves it to the user (EKS, AKS, self-managed nodes), or "
+        "declare it 'present' (GKE installs it on GPU node pools; a GPU Operator brings its own).",
+    )
+    gpu_device_plugin_image: str = key(
+        "gpuDevicePluginImage",
+        GPU_DEVICE_PLUGIN_IMAGE,
+        "Image of the NVIDIA device plugin gpuDevicePlugin install runs (a mirror for air-gapped "
+        "clusters), pinned.",
+    )
+
+    @field_validator("gpu_device_plugin_image")
+    @classmethod
+    def _gpu_device_plugin_pinned(cls, value: str) -> str:
+        return check_pinned_image(value)
 
     @field_validator("job_priority_class_name")
     @classmethod

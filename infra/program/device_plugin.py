@@ -1,0 +1,92 @@
+"""The NVIDIA device plugin, for clusters whose cloud leaves it to the user (gpuDevicePlugin: install).
+
+A GPU node advertises `nvidia.com/gpu` only once a device plugin registers it with the kubelet; without
+one every pod asking for a GPU stays Pending ("Insufficient nvidia.com/gpu"). GKE installs the plugin on
+its GPU node pools itself, as do EKS's Bottlerocket NVIDIA AMIs and eksctl's GPU node groups; EKS's
+AL2023 NVIDIA AMIs bring the driver and the container runtime, not the plugin (EKS user guide, "Install
+Kubernetes device plugin for GPUs"), and AKS GPU node pools without the GPU Operator leave it to the
+user too.
+
+The DaemonSet is upstream's static manifest (NVIDIA/k8s-device-plugin v0.19.3
+`deployments/static/nvidia-device-plugin.yml`) with what a mixed cluster needs on top:
+- it tolerates every taint (upstream tolerates `nvidia.com/gpu` only; AKS taints its GPU pools
+  `sku=gpu:NoSchedule`, and a stack may use any taint), so it reaches every GPU node;
+- `FAIL_ON_INIT_ERROR=false`: on a node without an NVIDIA GPU the plugin finds no device and idles
+  instead of crash-looping (upstream README, "fail-on-init-error");
+- the image pinned by digest, a seccomp profile, small requests.
+What Pod Security "restricted" forbids and the plugin needs: the hostPath volume
+`/var/lib/kubelet/device-plugins` (the kubelet's registration socket) and running as root (the directory
+is root's). So it runs in `kube-system`, upstream's namespace, which managed clusters exempt from Pod
+Security admission; the policy pack does not check that namespace (policy/crossguard.py).
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
+
+core = k8s.core.v1
+NAMESPACE = "kube-system"
+NAME = "nvidia-device-plugin-daemonset"  # upstream's: a second install collides instead of doubling up
+SELECTOR = {"name": "nvidia-device-plugin-ds"}
+SOCKETS = "/var/lib/kubelet/device-plugins"
+
+
+def device_plugin_pod_spec(settings: Settings) -> core.PodSpecArgs:
+    """The plugin's pod: upstream's container, tolerating every taint, idle on nodes without a GPU."""
+    return core.PodSpecArgs(
+        tolerations=[core.TolerationArgs(operator="Exists")],
+        priority_class_name="system-node-critical",
+        automount_service_account_token=False,
+        security_context=core.PodSecurityContextArgs(
+            seccomp_profile=core.SeccompProfileArgs(type="RuntimeDefault")
+        ),
+        containers=[
+            core.ContainerArgs(
+                name="nvidia-device-plugin-ctr",
+                image=settings.gpu_device_plugin_image,
+                env=[core.EnvVarArgs(name="FAIL_ON_INIT_ERROR", value="false")],
+                resources=core.ResourceRequirementsArgs(
+                    requests={"cpu": "10m", "memory": "32Mi"}, limits={"memory": "256Mi"}
+                ),
+                security_context=core.SecurityContextArgs(
+                    allow_privilege_escalation=False,
+                    capabilities=core.CapabilitiesArgs(drop=["ALL"]),
+                ),
+                volume_mounts=[core.VolumeMountArgs(name="kubelet-device-plugins-dir", mount_path=SOCKETS)],
+            )
+        ],
+        volumes=[
+            core.VolumeArgs(
+                name="kubelet-device-plugins-dir",
+                host_path=core.HostPathVolumeSourceArgs(path=SOCKETS, type="Directory"),
+            )
+        ],
+    )
+
+
+class NvidiaDevicePlugin(pulumi.ComponentResource):
+    """The device plugin's DaemonSet; `pulumi up` waits for its rollout on every node (the provider's
+    DaemonSet await)."""
+
+    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(f"{PROJECT}:platform:NvidiaDevicePlugin", name, {}, opts)
+        self.daemon_set = k8s.apps.v1.DaemonSet(
+            f"{name}-daemonset",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=NAME, namespace=NAMESPACE, labels=labels(settings, "gpu-device-plugin")
+            ),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=SELECTOR),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
+                template=core.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=SELECTOR),
+                    spec=device_plugin_pod_spec(settings),
+                ),
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({})

@@ -1,0 +1,70 @@
+"""The NVIDIA device plugin a platform stack installs where the cloud does not (gpuDevicePlugin)."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.offline.manifest import render
+from infra.offline.stackconfig import load_stack
+from infra.program.checks import ConfigError
+from infra.program.settings.base import GPU_DEVICE_PLUGIN_IMAGE
+from tests.infra.conftest import by_kind, render_config
+from tests.infra.test_platform_stack import JOB, settings_of
+
+PLATFORM = {"stackRole": "platform", "operatorInstall": False, "gpuDevicePlugin": "install"}
+
+
+def _plugin(values: dict) -> dict:
+    (daemon_set,) = by_kind(render_config(values), "DaemonSet")
+    return daemon_set
+
+
+def test_the_plugin_is_upstreams_daemonset_by_digest_on_every_node_idle_without_a_gpu():
+    daemon_set = _plugin(PLATFORM)
+    assert (daemon_set["metadata"]["name"], daemon_set["metadata"]["namespace"]) == (
+        "nvidia-device-plugin-daemonset",
+        "kube-system",
+    )
+    pod = daemon_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == GPU_DEVICE_PLUGIN_IMAGE
+    assert GPU_DEVICE_PLUGIN_IMAGE.startswith("nvcr.io/nvidia/k8s-device-plugin:v0.19.3@sha256:")
+    assert pod["tolerations"] == [{"operator": "Exists"}]  # AKS's sku=gpu taint too
+    assert container["env"] == [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert pod["volumes"] == [
+        {
+            "name": "kubelet-device-plugins-dir",
+            "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+        }
+    ]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert by_kind(render_config({"stackRole": "platform", "operatorInstall": True}), "DaemonSet") == []
+
+
+def test_a_mirror_must_be_pinned_and_only_a_platform_or_all_stack_installs_it():
+    image = "mirror.example/nvidia/k8s-device-plugin:v0.19.3"
+    assert (
+        _plugin({**PLATFORM, "gpuDevicePluginImage": image})["spec"]["template"]["spec"]["containers"][0][
+            "image"
+        ]
+        == image
+    )
+    with pytest.raises(
+        ConfigError, match=r"^config ddp-mnist:gpuDevicePluginImage=.* is invalid: must be a pinned"
+    ):
+        settings_of({**PLATFORM, "gpuDevicePluginImage": "mirror.example/nvidia/k8s-device-plugin"})
+    with pytest.raises(
+        ConfigError, match=r"gpuDevicePlugin=\"?install\"? is invalid: must be present when stackRole is job"
+    ):
+        settings_of({**JOB, "jobKind": "indexed-job", "gpuDevicePlugin": "install"})
+
+
+@pytest.mark.parametrize("stack", ["eks-platform", "aks-platform"])
+def test_the_eks_and_aks_platform_stacks_install_it(stack: str) -> None:
+    assert [d["metadata"]["name"] for d in by_kind(render(load_stack(stack)), "DaemonSet")] == [
+        "nvidia-device-plugin-daemonset"
+    ]
