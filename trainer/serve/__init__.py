@@ -4,7 +4,9 @@
 The parts: :mod:`trainer.serve.cli` (usage, flags, start-up and exit codes: start here),
 :mod:`trainer.serve.config` (its settings and the names it shares), :mod:`trainer.serve.load` (the model
 read from a directory or S3, verified against SHA256SUMS, loaded), :mod:`trainer.serve.protocol` (the
-V2 request checked and answered), :mod:`trainer.serve.server` (the HTTP routes, limits and errors).
+V2 request checked and answered, its JSON parsed within bounds), :mod:`trainer.serve.server` (the
+HTTP routes, limits and errors), :mod:`trainer.serve.connections` (connection, deadline, request-slot
+and body-memory bounds).
 Nothing here imports torch until the flags are checked and the port is open.
 
 Why a small server on the standard library (``http.server.ThreadingHTTPServer``) and not KServe's

@@ -4,8 +4,8 @@ Usage (the serving pods run exactly this, in the trainer image)::
 
     python -m trainer.serve --model-uri URI [--model-name mnist] [--model-version RUN_ID]
                             [--host 0.0.0.0] [--port 8080] [--max-batch 256]
-                            [--max-body-bytes 16777216] [--request-timeout 120] [--threads 0]
-                            [--drain-seconds 5]
+                            [--max-body-bytes 0] [--request-timeout 120] [--threads 0]
+                            [--max-requests 4] [--max-connections 64] [--drain-seconds 5]
 
 ``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
 model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
@@ -63,12 +63,14 @@ from trainer.errors import (
 from trainer.serve.config import (
     DEFAULT_DRAIN_S,
     DEFAULT_MAX_BATCH,
-    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUESTS,
     DEFAULT_PORT,
     DEFAULT_REQUEST_TIMEOUT_S,
     PROG,
     SUMS_FILE,
     ServeConfig,
+    body_limit,
 )
 from trainer.serve.load import load_module, read_model_files, verify
 from trainer.serve.protocol import Model
@@ -140,15 +142,29 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--max-body-bytes",
-        type=positive,
-        default=DEFAULT_MAX_BODY_BYTES,
-        help="largest request body; a bigger Content-Length gets 413 unread",
+        type=non_negative,
+        default=0,
+        help="largest request body; a bigger Content-Length gets 413 unread (0: what --max-batch FP32 "
+        "images take as JSON, 26 bytes a value, plus 64 KiB)",
     )
     parser.add_argument(
         "--request-timeout",
         type=positive,
         default=DEFAULT_REQUEST_TIMEOUT_S,
-        help="seconds a connection may stay idle or take to send its body (then 408 and closed)",
+        help="seconds a connection may stay idle, or take to send one whole request (then closed; a "
+        "body not received in time gets 408)",
+    )
+    parser.add_argument(
+        "--max-requests",
+        type=positive,
+        default=DEFAULT_MAX_REQUESTS,
+        help="inference requests answered at once; more get 503 with Retry-After",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=positive,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections open at once; more get 503 and are closed",
     )
     parser.add_argument(
         "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
@@ -177,10 +193,12 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
         host=args.host,
         port=args.port,
         max_batch=args.max_batch,
-        max_body_bytes=args.max_body_bytes,
+        max_body_bytes=args.max_body_bytes or body_limit(args.max_batch),
         threads=args.threads,
         request_timeout=args.request_timeout,
         drain_seconds=args.drain_seconds,
+        max_requests=args.max_requests,
+        max_connections=args.max_connections,
     )
 
 

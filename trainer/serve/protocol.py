@@ -12,6 +12,7 @@ Anything else is an HttpError: its status and one line for ``{"error": ...}``.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import threading
 import uuid
@@ -243,3 +244,35 @@ def flatten(nested: list[Any]) -> list[Any]:
             raise HttpError(400, f"input {INPUT_NAME!r}: 'data' mixes lists and numbers")
         items = list(itertools.chain.from_iterable(items))
     return items
+
+
+# JSON objects a valid request holds: itself, its input, outputs and their parameters (a handful). A
+# body of "{}," or "[]," repeated takes some 20 times its size in memory when parsed whole, where
+# numbers take at most 8 (a float and its pointer for "0.1,"): such a body is refused by a count of its
+# brackets before it is parsed, and the objects are counted again as they are.
+MAX_JSON_OBJECTS = 256
+# Lists of the largest valid request: N x 28 rows, N images, the data, inputs and outputs lists.
+LISTS_PER_IMAGE = 29
+MAX_JSON_LISTS_BEYOND = 256
+
+
+def parse_json(body: bytes, max_batch: int = 0) -> Any:
+    if max_batch:
+        most = max_batch * LISTS_PER_IMAGE + MAX_JSON_LISTS_BEYOND
+        if body.count(b"[") > most or body.count(b"{") > MAX_JSON_OBJECTS:
+            raise HttpError(
+                400, f"request body holds more JSON lists or objects than a batch of {max_batch} needs"
+            )
+    objects = 0
+
+    def counted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal objects
+        objects += 1
+        if objects > MAX_JSON_OBJECTS:
+            raise HttpError(400, f"request body holds more than {MAX_JSON_OBJECTS} JSON objects")
+        return dict(pairs)
+
+    try:
+        return json.loads(body, object_pairs_hook=counted)
+    except (ValueError, RecursionError) as error:
+        raise HttpError(400, f"request body is not valid JSON ({error})") from None

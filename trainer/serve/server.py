@@ -1,5 +1,18 @@
 """The HTTP side: routes, request limits and error replies, one thread per connection.
 
+Bounded by design, so that no caller that can reach it pushes it past its memory limit or holds its
+threads: the body limit follows ``--max-batch`` (``config.body_limit``: the largest request a
+standard client needs, refused by its Content-Length before a byte is read), at most
+``--max-requests`` inference requests are parsed and answered at once (each may take a multiple of its
+body while its JSON is parsed; the next waits for a slot with its body read, until its deadline, then
+gets 503 with ``Retry-After``), the request bodies held at once stay within a budget of
+``BODY_BUDGET_BODIES`` bodies at the limit per slot (counted as the bytes arrive, so a slow body holds
+little; past it, 503), the JSON objects of a body are counted as it is parsed, at most ``--max-connections``
+connections are open (the next is answered 503 and closed), and ``--request-timeout`` bounds each
+whole request, not each read: a connection idle, or slow to send its request line and headers, that
+long is closed; a body not received within it gets 408. Health, readiness and metadata never wait
+for a slot.
+
 Endpoints (https://github.com/kserve/open-inference-protocol ``specification/protocol/inference_rest.md``)::
 
     GET  /v2/health/live                           200 {"live": true} as soon as the port is open
@@ -14,8 +27,9 @@ Every error is ``{"error": "<one line>"}``: 400 malformed JSON, wrong input name
 a batch over ``--max-batch``, an unknown output; 404 unknown path, model or version; 405 wrong
 method; 408 a body not sent within ``--request-timeout``; 411 no Content-Length; 413 a
 Content-Length over ``--max-body-bytes`` (refused before the body is read, and before ``100
-Continue`` when the client asks; the connection is then closed); 503 the model is not ready yet; 500
-a bug (logged on the server, never sent).
+Continue`` when the client asks; the connection is then closed); 503 the model is not ready yet, or
+every request slot or connection is taken (with ``Retry-After``); 500 a bug (logged on the server,
+never sent).
 
 The binary tensor data extension (what tritonclient and KServe's client send by default): a request
 with ``Inference-Header-Content-Length: N`` is N bytes of JSON followed by each input's raw
@@ -29,17 +43,16 @@ body are a 400 like any malformed request.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from trainer.errors import TrainerError, write_line
 from trainer.serve.config import DEFAULT_REQUEST_TIMEOUT_S, PROG, SERVER_NAME, SERVER_VERSION, ServeConfig
-from trainer.serve.protocol import BINARY, HttpError, Model, attach_binary_inputs
+from trainer.serve.connections import BODY_BUDGET_BODIES, RETRY_AFTER_S, Server
+from trainer.serve.protocol import BINARY, HttpError, Model, attach_binary_inputs, parse_json
 
 EXIT_LISTEN = 8
 EXTENSIONS = ["binary_tensor_data"]
@@ -61,7 +74,10 @@ class Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out at once, no 40 ms delayed-ACK stalls
     timeout = DEFAULT_REQUEST_TIMEOUT_S  # replaced by --request-timeout in setup()
     allow = ""  # the Allow header of a 405 reply
+    retry_after = 0  # the Retry-After header of a 503 reply (0: none)
+    held = 0  # bytes of this request's body counted against the server's body budget
     body_read = False
+    request_started = 0.0
     server: Server
 
     def setup(self) -> None:
@@ -69,6 +85,12 @@ class Handler(BaseHTTPRequestHandler):
         # An instance attribute on purpose: StreamRequestHandler.setup reads self.timeout.
         self.timeout = self.server.model.config.request_timeout  # type: ignore[misc]
         super().setup()
+
+    def handle_one_request(self) -> None:
+        """Each request, from the wait for its first line on, must arrive within --request-timeout."""
+        self.request_started = time.monotonic()
+        self.server.awaiting(self.connection, self.request_started + self.timeout)
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         """No access log: one line per request would drown the start line and the errors."""
@@ -86,8 +108,12 @@ class Handler(BaseHTTPRequestHandler):
         self.dispatch("DELETE")
 
     def dispatch(self, method: str) -> None:
-        with self.server.answering():
-            self._dispatch(method)
+        with self.server.answering(self.connection):
+            try:
+                self._dispatch(method)
+            finally:
+                self.server.hold(-self.held)
+                self.held = 0
 
     def _dispatch(self, method: str) -> None:
         self.body_read = False
@@ -155,10 +181,21 @@ class Handler(BaseHTTPRequestHandler):
             return (200 if model.ready else 503), {"name": name, "ready": model.ready}
         if tail == ["infer"]:
             self.only(method, "POST")
-            request = self.read_request()
-            if not model.loaded.is_set():  # a draining server (not ready) still answers
-                raise HttpError(503, f"model {name!r} is not ready yet (loading {model.config.model_uri})")
-            return 200, model.infer(request)
+            body = self.read_body()  # held within the server's body budget
+            # A burst waits for a slot (its body read, not yet parsed), within the request's deadline.
+            wait = max(0.0, self.request_started + self.timeout - time.monotonic())
+            if not self.server.slots.acquire(timeout=wait):
+                self.retry_after = RETRY_AFTER_S
+                limit = model.config.max_requests
+                raise HttpError(503, f"busy: {limit} inference requests are being answered; retry later")
+            try:
+                request = self.decode_request(body)
+                if not model.loaded.is_set():  # a draining server (not ready) still answers
+                    self.retry_after = RETRY_AFTER_S
+                    raise HttpError(503, f"model {name!r} is not ready yet")
+                return 200, model.infer(request)
+            finally:
+                self.server.slots.release()
         raise HttpError(404, f"no such path {path!r}")
 
     def only(self, method: str, allowed: str) -> None:
@@ -166,17 +203,17 @@ class Handler(BaseHTTPRequestHandler):
             self.allow = allowed
             raise HttpError(405, f"{method} is not allowed on {self.path}; use {allowed}")
 
-    def read_request(self) -> Any:
+    def decode_request(self, body: bytes) -> Any:
         """The inference request: JSON, or with the binary extension its JSON header with each binary
         input's bytes attached to it (`protocol.BINARY`)."""
         header = self.headers.get("Inference-Header-Content-Length")
-        body = self.read_body()
+        most = self.server.model.config.max_batch
         if header is None:
-            return parse_json(body)
+            return parse_json(body, most)
         if not header.strip().isdigit() or int(header) > len(body):
             where = f"within the {len(body)}-byte body"
             raise HttpError(400, f"Inference-Header-Content-Length {header!r} is not a length {where}")
-        return attach_binary_inputs(parse_json(body[: int(header)]), body[int(header) :])
+        return attach_binary_inputs(parse_json(body[: int(header)], most), body[int(header) :])
 
     def read_body(self) -> bytes:
         """The request body; the size is checked from Content-Length before reading."""
@@ -195,16 +232,41 @@ class Handler(BaseHTTPRequestHandler):
         if length > limit:
             self.close_connection = True  # the body is never read: this connection cannot go on
             raise HttpError(413, f"request body of {length} bytes is over the limit of {limit} bytes")
-        try:
-            body = self.rfile.read(length)
-        except TimeoutError:
-            self.close_connection = True
-            raise HttpError(408, f"request body not received within {self.timeout} s") from None
+        body = self.read_until_deadline(length)
         self.body_read = True
         if len(body) != length:
             self.close_connection = True
             raise HttpError(400, f"request body ended after {len(body)} of {length} bytes")
         return body
+
+    def read_until_deadline(self, length: int) -> bytes:
+        """`length` bytes of body (fewer if the client closes), all within the request's deadline: a
+        body trickled a byte at a time gets its 408 when the deadline passes, not a read timeout later."""
+        deadline = self.request_started + self.timeout
+        chunks: list[bytes] = []
+        remaining = length
+        try:
+            while remaining:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(remaining, 1 << 16))
+                if not chunk:
+                    break
+                if not self.server.hold(len(chunk)):
+                    self.close_connection = True
+                    self.retry_after = RETRY_AFTER_S
+                    raise HttpError(503, "busy: too many request bodies being received; retry later")
+                self.held += len(chunk)
+                chunks.append(chunk)
+                remaining -= len(chunk)
+        except TimeoutError:
+            self.close_connection = True
+            raise HttpError(408, f"request body not received within {self.timeout} s") from None
+        finally:
+            self.connection.settimeout(self.timeout)
+        return b"".join(chunks)
 
     def reply(self, status: int, body: dict[str, Any]) -> None:
         blobs: list[bytes] = body.pop(BINARY, None) or []
@@ -220,55 +282,14 @@ class Handler(BaseHTTPRequestHandler):
             payload += b"".join(blobs)
         if getattr(self, "allow", None):
             head.append(f"Allow: {self.allow}")
+        if status == 503 and self.retry_after:
+            head.append(f"Retry-After: {self.retry_after}")
         if self.close_connection:
             head.append("Connection: close")
         self.log_request(status)
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + payload)
         self.allow = ""
-
-
-def parse_json(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError) as error:
-        raise HttpError(400, f"request body is not valid JSON ({error})") from None
-
-
-class Server(ThreadingHTTPServer):
-    """One thread per connection; counts the requests being answered, so that a stop (SIGTERM: the pod
-    deleted, or replaced by a rollout) answers every request already received before the process ends."""
-
-    daemon_threads = True  # an idle keep-alive connection never holds the process up
-    request_queue_size = 128  # the listen backlog (socketserver's default of 5 refuses bursts)
-    model: Model
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self._in_flight = 0
-        self._idle = threading.Condition()
-
-    @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """Around one request, from its first line read to its reply written."""
-        with self._idle:
-            self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
-
-    def drain(self, timeout: float) -> int:
-        """Wait until no request is being answered (at most `timeout` s); how many still are."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._in_flight == 0, timeout)
-            return self._in_flight
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that broke mid-request (client gone): one line, the server goes on."""
-        error = sys.exc_info()[1]
-        write_line(f"{PROG}: connection from {client_address[0]} failed: {type(error).__name__}: {error}")
+        self.retry_after = 0
 
 
 def open_server(config: ServeConfig, model: Model) -> Server:
@@ -279,4 +300,6 @@ def open_server(config: ServeConfig, model: Model) -> Server:
             f"cannot listen on {config.host}:{config.port} ({error.strerror or error})"
         ) from None
     server.model = model
+    server.slots = threading.BoundedSemaphore(config.max_requests)
+    server.body_budget = BODY_BUDGET_BODIES * config.max_requests * config.max_body_bytes
     return server
