@@ -22,17 +22,25 @@ Security admission; the policy pack does not check that namespace (policy/crossg
 
 from __future__ import annotations
 
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.program.jobs import _field
 from infra.program.meta import labels
-from infra.program.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 
 core = k8s.core.v1
 NAMESPACE = "kube-system"
 NAME = "nvidia-device-plugin-daemonset"  # upstream's: a second install collides instead of doubling up
 SELECTOR = {"name": "nvidia-device-plugin-ds"}
 SOCKETS = "/var/lib/kubelet/device-plugins"
+# The GPU smoke check (gpuSmokeNodeSelector), run by the platform's SmokeCheck in its namespace.
+GPU_JOB_NAME = "gpu-smoke"
+GPU_DEADLINE_SECONDS = 900  # a GPU node may have to be added by an autoscaler first
+GPU_WAIT_SECONDS = 1200
+GPU_TTL_SECONDS = 600  # the finished Job (and its pod) is deleted after this
 
 
 def device_plugin_pod_spec(settings: Settings) -> core.PodSpecArgs:
@@ -90,3 +98,49 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({})
+
+
+def gpu_job_spec(settings: Settings) -> dict[str, Any]:
+    """One pod on the GPU nodes (gpuSmokeNodeSelector) asking for one nvidia.com/gpu, tolerating every
+    taint, never retried; a pod that never starts fails the Job at its deadline (DeadlineExceeded)."""
+    from infra.program.scheduling import node_selector
+    from infra.program.smoke import smoke_pod  # the smoke check's restricted pod (it imports this module)
+
+    template = smoke_pod(settings, "gpu", "echo gpu pod started")
+    (container,) = template["spec"]["containers"]
+    for side in ("requests", "limits"):
+        container["resources"][side]["nvidia.com/gpu"] = "1"
+    template["spec"] |= {
+        "restartPolicy": "Never",
+        "nodeSelector": node_selector(settings.gpu_smoke_node_selector),
+        "tolerations": [{"operator": "Exists"}],
+    }
+    return {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": GPU_DEADLINE_SECONDS,
+        "ttlSecondsAfterFinished": GPU_TTL_SECONDS,
+        "template": template,
+    }
+
+
+def gpu_smoke_outcome(status: Any, settings: Settings) -> str:
+    """The GPU smoke Job's final condition; raises with the likely causes unless it completed."""
+    conditions = [c for c in _field(status, "conditions") or [] if _field(c, "status") == "True"]
+    if "Complete" in {_field(c, "type") for c in conditions}:
+        return "Complete"
+    failed = next((c for c in conditions if _field(c, "type") == "Failed"), None)
+    if failed is None:
+        return "unknown (not awaited)"
+    ns, labels_ = SMOKE_NAMESPACE, ", ".join(settings.gpu_smoke_node_selector)
+    events = f"kubectl -n {ns} get events --field-selector involvedObject.name={GPU_JOB_NAME}"
+    reason, message = str(_field(failed, "reason") or ""), str(_field(failed, "message") or "")
+    if reason == "DeadlineExceeded":
+        cause = (
+            f"no pod asking for one nvidia.com/gpu started within {GPU_DEADLINE_SECONDS}s on nodes labelled "
+            f"{labels_}: none of them advertises nvidia.com/gpu (no device plugin: gpuDevicePlugin), no "
+            "node has these labels, or none is free"
+        )
+    else:
+        cause = f"{reason}: {message}"
+    more = f"kubectl -n {ns} describe pods -l job-name={GPU_JOB_NAME}"
+    raise pulumi.RunError(f"smoke check Job {ns}/{GPU_JOB_NAME} failed: {cause}; see `{events}` and `{more}`")

@@ -123,15 +123,17 @@ def run_outcome(
     logs: str,
     settings: Settings,
     watch: RunWatch | None,
+    pods: int = 1,
 ) -> pulumi.Output[str]:
     """The run's outcome: awaited by the program's watch (`infra/program/runwatch.py`: it fails fast on
-    a placement that cannot happen), or, without one, read from the job's recorded status
-    (`failure_gate`). Export it, and gate what must follow a successful run with `after_success`."""
+    a placement that cannot happen; `pods`, how many the job runs at once), or, without one, read from
+    the job's recorded status (`failure_gate`). Export it, and gate what must follow a successful run
+    with `after_success`."""
     if watch is None:
         return failure_gate(job, kind, name, logs)
     from infra.program.runwatch import Target
 
-    target = Target(kind=kind, name=name, namespace=settings.namespace, logs=logs)
+    target = Target(kind=kind, name=name, namespace=settings.namespace, logs=logs, pods=pods)
     return watch.outcome(job, target, settings.job_wait_timeout_seconds)
 
 
@@ -319,6 +321,7 @@ class PyTorchJob(pulumi.ComponentResource):
                 training_logs(settings, inputs.names.job, follow=False),
                 settings,
                 inputs.watch,
+                settings.job_nodes,
             )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")
@@ -429,6 +432,7 @@ class IndexedJob(pulumi.ComponentResource):
                 training_logs(settings, names.job, follow=False),
                 settings,
                 inputs.watch,
+                settings.job_nodes,
             )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")

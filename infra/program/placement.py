@@ -70,6 +70,7 @@ class Snapshot:
     claims: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     classes: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     events: list[Mapping[str, Any]] = field(default_factory=list)
+    expected_pods: int = 1  # how many pods the workload runs at once (one per node)
 
 
 def suspended(workload: Mapping[str, Any]) -> bool:
@@ -213,13 +214,18 @@ def pod_problem(snapshot: Snapshot, pod: Mapping[str, Any], now: datetime, bound
     return None
 
 
+REFUSALS = frozenset({"FailedCreate", "FailedCreatePod"})  # the Job controller's, the training operator's
+
+
 def workload_problem(snapshot: Snapshot, now: datetime, bound: float) -> str | None:
-    """Why a workload that exists has no pod at all after `bound` seconds: the Warning its controller
-    recorded (a pod refused at admission), or the absence of any controller's answer."""
+    """Why a workload that exists has fewer pods than it runs after `bound` seconds: the refusal its
+    controller recorded (a pod refused at admission: no PriorityClass, Pod Security, a quota), or, with
+    no pod at all, the absence of any controller's answer."""
     workload = snapshot.workload or {}
     ns, kind, name = snapshot.namespace, snapshot.kind, snapshot.name
     waited = _age(parse_time((workload.get("metadata") or {}).get("creationTimestamp")), now)
-    if snapshot.pods or waited < bound or suspended(workload):
+    live = [p for p in snapshot.pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    if waited < bound or suspended(workload) or len(live) >= snapshot.expected_pods:
         return None
     mine = [
         e
@@ -227,17 +233,21 @@ def workload_problem(snapshot: Snapshot, now: datetime, bound: float) -> str | N
         if e.get("type") == "Warning"
         and (e.get("involvedObject") or {}).get("kind") != "Pod"
         and str((e.get("involvedObject") or {}).get("name", "")).startswith(name)
+        and (snapshot.pods == [] or e.get("reason") in REFUSALS)
     ]
     mine.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    have = f"{len(live)} of its {snapshot.expected_pods} pods" if snapshot.pods else "no pod"
     if mine:
         event = mine[-1]
         source = (event.get("involvedObject") or {}).get("kind", kind)
         return (
-            f"{kind} {ns}/{name} has no pod after {waited:.0f}s: {source} "
+            f"{kind} {ns}/{name} has {have} after {waited:.0f}s: {source} "
             f"{event['involvedObject'].get('name')} {event.get('reason')}: "
             f"{_one_line(event.get('message', ''))}; "
             f"more: {_describe(ns, kind.lower(), name)}"
         )
+    if snapshot.pods:
+        return None  # some pods, no refusal recorded: the rest may still be on their way
     return (
         f"{kind} {ns}/{name} has no pod after {waited:.0f}s and no controller recorded why: is the "
         f"controller that runs {kind}s installed and running? more: {_describe(ns, kind.lower(), name)}"

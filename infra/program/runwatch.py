@@ -68,6 +68,7 @@ class Target:
     name: str
     namespace: str
     logs: str  # the command that prints its pods' logs, for the failure line
+    pods: int = 1  # how many pods it runs at once
 
     @property
     def path(self) -> str:
@@ -92,7 +93,7 @@ def read_snapshot(reader: ClusterReader, target: Target) -> Snapshot:
             with contextlib.suppress(ReadError):
                 classes[class_name] = reader.get(f"/apis/storage.k8s.io/v1/storageclasses/{class_name}")
     events = reader.items(f"/api/v1/namespaces/{ns}/events") if workload is not None else []
-    return Snapshot(target.kind, target.name, ns, workload, pods, claims, classes, events)
+    return Snapshot(target.kind, target.name, ns, workload, pods, claims, classes, events, target.pods)
 
 
 def _ended(workload: Mapping[str, Any], target: Target) -> str | None:

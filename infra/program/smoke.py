@@ -36,6 +36,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.program.device_plugin import GPU_JOB_NAME, GPU_WAIT_SECONDS, gpu_job_spec, gpu_smoke_outcome
 from infra.program.jobs import CustomResourceWithStatus, _field, wait_annotations
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
@@ -241,6 +242,7 @@ class SmokeCheck(pulumi.ComponentResource):
         operator: pulumi.Resource | None,
         trainer: pulumi.Resource | None,
         opts: pulumi.ResourceOptions | None = None,
+        gpu_after: tuple[pulumi.Resource, ...] | None = None,
     ) -> None:
         super().__init__(f"{PROJECT}:platform:SmokeCheck", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -306,4 +308,21 @@ class SmokeCheck(pulumi.ComponentResource):
                 api_version="trainer.kubeflow.org/v1alpha1",
             )
             self.outcomes["trainerSmokeCheck"] = _gate(trainjob, "TrainJob", TRAINJOB_NAME, settings)
+        if gpu_after is not None:
+            gpu = k8s.batch.v1.Job(
+                f"{name}-gpu",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=GPU_JOB_NAME,
+                    namespace=ns,
+                    labels=labels(settings, SMOKE_COMPONENT),
+                    annotations=wait_annotations("Job", GPU_WAIT_SECONDS),
+                ),
+                spec=gpu_job_spec(settings),
+                opts=pulumi.ResourceOptions.merge(
+                    child,
+                    pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=list(gpu_after))),
+                ),
+            )
+            status: pulumi.Output[Any] = getattr(gpu, "status")  # noqa: B009 (resource outputs are attributes)
+            self.outcomes["gpuSmokeCheck"] = status.apply(lambda s: gpu_smoke_outcome(s, settings))
         self.register_outputs({})

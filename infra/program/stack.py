@@ -71,13 +71,14 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
         outputs["trainerSource"] = trainer.source
     if settings.kserve_install:
         outputs["kserveSource"] = KServe("kserve", settings).source
-    smoke = smoke_checks(settings, operator, trainer)
+    plugin = (
+        NvidiaDevicePlugin("gpu-device-plugin", settings) if settings.gpu_device_plugin == "install" else None
+    )
+    if plugin is not None:
+        outputs["gpuDevicePlugin"] = plugin.daemon_set.metadata.name
+    smoke = smoke_checks(settings, operator, trainer, plugin)
     outputs.update(smoke)
     priority_classes(settings)
-    if settings.gpu_device_plugin == "install":
-        outputs["gpuDevicePlugin"] = NvidiaDevicePlugin(
-            "gpu-device-plugin", settings
-        ).daemon_set.metadata.name
     outputs[platform.OUTPUT] = facts_after(settings, smoke)
     return outputs
 
@@ -107,14 +108,25 @@ def facts_after(settings: Settings, smoke: dict[str, pulumi.Input[object]]) -> p
 
 
 def smoke_checks(
-    settings: Settings, operator: TrainingOperator | ExistingOperatorPatch | None, trainer: TrainerV2 | None
+    settings: Settings,
+    operator: TrainingOperator | ExistingOperatorPatch | None,
+    trainer: TrainerV2 | None,
+    gpu_plugin: NvidiaDevicePlugin | None = None,
 ) -> dict[str, pulumi.Input[object]]:
-    """The post-install smoke check of the operators this stack installs or patches (operatorSmokeCheck): its
+    """The post-install smoke check of the operators this stack installs or patches (operatorSmokeCheck),
+    and of the GPU nodes (gpuSmokeNodeSelector, after the device plugin when the stack installs it): its
     outcomes, exported so that `pulumi up` awaits them and fails on a failed check."""
     pytorchjob, trainjob = settings.smoke_checks
-    if not (pytorchjob or trainjob):
+    gpu = bool(settings.gpu_smoke_node_selector) and settings.stack_role in ("all", "platform")
+    if not (pytorchjob or trainjob or gpu):
         return {}
-    check = SmokeCheck("smoke", settings, operator if pytorchjob else None, trainer if trainjob else None)
+    check = SmokeCheck(
+        "smoke",
+        settings,
+        operator if pytorchjob else None,
+        trainer if trainjob else None,
+        gpu_after=((gpu_plugin.daemon_set,) if gpu_plugin else ()) if gpu else None,
+    )
     return dict(check.outcomes)
 
 
@@ -169,10 +181,13 @@ def build(
     if settings.trainer_install:
         trainer = TrainerV2("trainer-v2", settings)
         after += (trainer,)
-    smoke = smoke_checks(settings, operator, trainer)
+    plugin = (
+        NvidiaDevicePlugin("gpu-device-plugin", settings) if settings.gpu_device_plugin == "install" else None
+    )
+    if plugin is not None:
+        after += (plugin.daemon_set,)  # GPUs advertised before the job
+    smoke = smoke_checks(settings, operator, trainer, plugin)
     after += tuple(priority_classes(settings))  # before any pod names one
-    if settings.gpu_device_plugin == "install":
-        after += (NvidiaDevicePlugin("gpu-device-plugin", settings).daemon_set,)  # GPUs before the job
     if queue is not None:
         after += (queue,)
     if settings.job_network_policy:

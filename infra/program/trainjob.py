@@ -201,6 +201,7 @@ class TrainJob(pulumi.ComponentResource):
                 training_logs(settings, names.job, follow=False),
                 settings,
                 inputs.watch,
+                settings.job_nodes,
             )
             if settings.job_wait
             else pulumi.Output.from_input("not awaited (jobWait false)")

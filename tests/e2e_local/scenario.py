@@ -50,6 +50,7 @@ def platform_config() -> dict[str, str]:
         "ddp-mnist:operatorSource": str(sources.operator_overlay()),
         "ddp-mnist:priorityClasses": json.dumps([f"{PRIORITY_CLASS}={PRIORITY}"]),
         "ddp-mnist:gpuDevicePlugin": "install",  # as eks-platform's and aks-platform's
+        "ddp-mnist:gpuSmokeNodeSelector": json.dumps(["node.kubernetes.io/instance-type=g5.12xlarge"]),
     }
 
 

@@ -6,7 +6,8 @@ against the real engine, API server, controllers and training operator, in this 
    (its pod runs no process under KWOK: the engine's ordering and waits are proven here, the fill by
    `make e2e`); it serves the addresses the dev stack names;
 1. the platform stack comes up on an empty cluster, its smoke check passes, the NVIDIA device plugin's
-   DaemonSet (gpuDevicePlugin: install) is rolled out on every node;
+   DaemonSet (gpuDevicePlugin: install) is rolled out on every node, and the GPU smoke pod
+   (gpuSmokeNodeSelector) is scheduled on a GPU node and completes;
 2. the job stack comes up from empty volumes: the seed Job completes before the PyTorchJob exists,
    the job succeeds, the model server's Deployment is available, the outputs are set; no pod refused,
    every pod admitted under the namespace's ResourceQuota;
@@ -114,6 +115,11 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     plugin = live.get("daemonset", "nvidia-device-plugin-daemonset", "kube-system")["status"]
     assert plugin["numberReady"] == plugin["desiredNumberScheduled"] == len(live.items("node", "default"))
     assert outputs["gpuDevicePlugin"] == "nvidia-device-plugin-daemonset"
+    # The GPU smoke pod was scheduled on an eks-g5 node (it asked for a GPU; the real scheduler placed it).
+    assert outputs["gpuSmokeCheck"] == "Complete"
+    (gpu_pod,) = live.items("pod", "ddp-mnist-smoke", "job-name=gpu-smoke")
+    node = live.get("node", gpu_pod["spec"]["nodeName"], "default")
+    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "g5.12xlarge"
 
 
 def test_2_a_job_stack_seeds_before_it_trains_and_serves(job: dict) -> None:

@@ -59,9 +59,15 @@ PLATFORM_SMOKE = {
         "Namespace/ddp-mnist-smoke",
         "PyTorchJob/operator-smoke",
         "DaemonSet/nvidia-device-plugin-daemonset",
+        "Job/gpu-smoke",
     ],
-    # No operator: no smoke check.
-    "eks-platform": ["PriorityClass/training-high", "DaemonSet/nvidia-device-plugin-daemonset"],
+    # No operator: the smoke check's GPU pod alone.
+    "eks-platform": [
+        "PriorityClass/training-high",
+        "DaemonSet/nvidia-device-plugin-daemonset",
+        "Namespace/ddp-mnist-smoke",
+        "Job/gpu-smoke",
+    ],
     "gke-platform": [
         "Namespace/ddp-mnist-smoke",
         "PyTorchJob/operator-smoke",

@@ -435,3 +435,25 @@ def test_a_volume_that_cannot_be_mounted_fails_after_the_bound_with_the_kubelets
     assert (
         diagnose(Snapshot("PyTorchJob", "mnist-r1", NS, job(), [pod]), NOW, 300) is None
     )  # no event: still creating
+
+
+def test_workers_refused_at_admission_beside_a_running_master_fail_with_the_operators_refusal():
+    master = {"metadata": {"name": "mnist-r1-master-0"}, "status": {"phase": "Running", "conditions": []}}
+    refused = event(
+        "PyTorchJob",
+        "mnist-r1",
+        "FailedCreatePod",
+        'Error creating: pods "mnist-r1-worker-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "init-pytorch" ...)',
+    )
+    snapshot = Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master], events=[refused], expected_pods=2)
+    line = diagnose(snapshot, NOW, 300)
+    assert line is not None
+    assert line.startswith(
+        f"PyTorchJob {NS}/mnist-r1 has 1 of its 2 pods after 400s: PyTorchJob mnist-r1 FailedCreatePod: "
+        'Error creating: pods "mnist-r1-worker-0" is forbidden: violates PodSecurity'
+    )
+    # Every pod there: an old refusal in the namespace's events is history, not a cause.
+    both = Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master, master], events=[refused], expected_pods=2)
+    assert diagnose(both, NOW, 300) is None
+    # Some pods, no refusal: the rest may still be on their way.
+    assert diagnose(Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master], expected_pods=2), NOW, 300) is None

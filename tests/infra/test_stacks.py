@@ -75,7 +75,8 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
     smoke = [p for p in view.admission.pods if p not in own]
     assert {p.manifest["metadata"]["namespace"] for p in smoke} <= {"ddp-mnist-smoke"}
     assert all(view.level_of(p) == "restricted" for p in smoke)
-    assert bool(smoke) == (rendering.settings.operator_install and rendering.settings.operator_smoke_check)
+    operator_smoke = rendering.settings.operator_install and rendering.settings.operator_smoke_check
+    assert bool(smoke) == (operator_smoke or bool(rendering.settings.gpu_smoke_node_selector))
 
 
 @pytest.mark.parametrize("name", [*JOB_STACKS, *PREREQUISITE_STACKS])

@@ -62,6 +62,7 @@ def scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
         ("jobNodeSelector", node_selector, s.job_node_selector),
         ("jobTolerations", tolerations, s.job_tolerations),
         ("jobNodeAffinity", affinity_terms, s.job_node_affinity),
+        ("gpuSmokeNodeSelector", node_selector, s.gpu_smoke_node_selector),
     ):
         try:
             parse(value)

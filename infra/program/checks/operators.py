@@ -55,7 +55,7 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
     installs = s.operator_install or s.operator_patch_existing or s.trainer_install or s.kserve_install
-    installs = installs or s.gpu_device_plugin == "install"
+    installs = installs or s.gpu_device_plugin == "install" or bool(s.gpu_smoke_node_selector)
     if s.stack_role == "platform" and not (installs or s.priority_classes):
         yield ConfigError(
             "operatorInstall",
@@ -75,6 +75,12 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
             s.priority_classes,
             f"empty when stackRole is {s.stack_role}: PriorityClasses are cluster-wide, the platform "
             "stack's to create",
+        )
+    if s.gpu_smoke_node_selector and s.stack_role not in ("platform", "all"):
+        yield ConfigError(
+            "gpuSmokeNodeSelector",
+            s.gpu_smoke_node_selector,
+            f"empty when stackRole is {s.stack_role}: the GPU smoke check is the platform stack's",
         )
     if s.gpu_device_plugin == "install" and s.stack_role not in ("platform", "all"):
         yield ConfigError(

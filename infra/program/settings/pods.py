@@ -78,6 +78,14 @@ class JobPlacementSettings(SettingsGroup):
         "gpuDevicePluginImage) where the cloud leaves it to the user (EKS, AKS, self-managed nodes), or "
         "declare it 'present' (GKE installs it on GPU node pools; a GPU Operator brings its own).",
     )
+    gpu_smoke_node_selector: list[str] = key(
+        "gpuSmokeNodeSelector",
+        [],
+        "Platform (or all) stacks: the GPU nodes' labels, each 'key=value'; when set, `pulumi up` runs "
+        "one pod there asking for one nvidia.com/gpu (tolerating every taint) and fails unless it starts "
+        "within 900 s, proving those nodes advertise GPUs (the device plugin) and admit a pod; empty runs "
+        "none.",
+    )
     gpu_device_plugin_image: str = key(
         "gpuDevicePluginImage",
         GPU_DEVICE_PLUGIN_IMAGE,
