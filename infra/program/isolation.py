@@ -86,7 +86,8 @@ def peer_ports(settings: Settings) -> list[net.NetworkPolicyPortArgs]:
 def dns_peers(settings: Settings) -> list[net.NetworkPolicyPeerArgs]:
     """Where DNS is answered: kube-system's pods (kube-dns, CoreDNS), and node-local addresses that no
     pod selector matches (NodeLocal DNSCache's 169.254.20.10, default on GKE Standard from 1.33.1; GKE
-    Cloud DNS at 169.254.169.254)."""
+    Cloud DNS at 169.254.169.254, which only the GKE stacks add: on EKS and AKS that address is the
+    instance metadata service)."""
     blocks = [
         net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in settings.job_dns_egress_cidrs
     ]

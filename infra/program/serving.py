@@ -74,6 +74,7 @@ AUTOSCALER_CLASS = "serving.kserve.io/autoscalerClass"
 ROLLED_OUT = "NewReplicaSetAvailable"
 ROLLOUT_FAILED = "ProgressDeadlineExceeded"
 ROLLOUT_DEADLINE_S = 600
+VISIBILITY = "networking.kserve.io/visibility"
 PREDICTOR_WAIT = (
     "jsonpath={.status.conditions[?(@.type=='PredictorReady' && "
     f"(@.reason=='{ROLLED_OUT}' || @.reason=='{ROLLOUT_FAILED}'))].reason}}"
@@ -282,9 +283,14 @@ class ModelServer(pulumi.ComponentResource):
         child = self._gated()
         obj_labels = server_labels(settings, serve)
 
-        def metadata(object_name: str, annotations: dict[str, str] | None = None) -> meta.ObjectMetaArgs:
+        def metadata(
+            object_name: str, annotations: dict[str, str] | None = None, extra: dict[str, str] | None = None
+        ) -> meta.ObjectMetaArgs:
             return meta.ObjectMetaArgs(
-                name=object_name, namespace=namespace, labels=obj_labels, annotations=annotations
+                name=object_name,
+                namespace=namespace,
+                labels={**obj_labels, **(extra or {})},
+                annotations=annotations,
             )
 
         account = core.ServiceAccount(
@@ -431,7 +437,9 @@ class ModelServer(pulumi.ComponentResource):
         isvc = CustomResourceWithStatus(
             f"{name}-inference-service",
             "InferenceService",
-            metadata(serve.server, annotations),
+            # Reachable in the cluster only: KServe creates no Ingress for it (v0.20.0
+            # `reconcilers/ingress/kube_ingress_reconciler.go`, the label `networking.kserve.io/visibility`).
+            metadata(serve.server, annotations, {VISIBILITY: "cluster-local"}),
             {"predictor": predictor},
             opts,
             api_version="serving.kserve.io/v1beta1",

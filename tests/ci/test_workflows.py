@@ -459,3 +459,17 @@ def test_pull_requests_render_every_stack_and_diff_against_the_base():
     assert "python -m infra.offline.render --stack" in script and "--validate" in script
     assert "github.event.pull_request.base.sha" in json.dumps(render)
     assert "diff -ruN build/base build/head" in script
+
+
+def test_dependabot_proposes_updates_for_every_pinned_manifest_but_torch():
+    """The actions (pinned by commit) and the Python pins of the program's and the policy pack's
+    environments get weekly update pull requests; torch, pinned by the project, does not."""
+    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    updates = {u["package-ecosystem"]: u for u in config["updates"]}
+    assert set(updates) == {"github-actions", "pip"}
+    manifests = {d.strip("/") for d in updates["pip"]["directories"]}
+    assert all(
+        (ROOT / d / name).exists() for d, name in (("", "pyproject.toml"), ("policy", "requirements.txt"))
+    )
+    assert manifests == {"", "policy"}
+    assert {"dependency-name": "torch"} in updates["pip"]["ignore"]

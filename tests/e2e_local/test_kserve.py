@@ -80,6 +80,8 @@ def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: 
     predictor = live.get("deployment", f"{name}-predictor", NAMESPACE)
     assert predictor["status"].get("availableReplicas", 0) >= 1
     assert judge.refused_pod_creations(live.events(NAMESPACE)) == []
+    # Cluster-local (networking.kserve.io/visibility): KServe made no Ingress, yet the service is Ready.
+    assert live.items("ingress", NAMESPACE) == []
     template = predictor["spec"]["template"]
 
     # The predictor pod KServe's controller, webhook and the Deployment controller made, as admitted,

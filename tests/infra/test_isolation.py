@@ -15,8 +15,7 @@ STACKS = JOB_STACKS
 DNS_RULE = {
     "to": [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
-        {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache
-        {"ipBlock": {"cidr": "169.254.169.254/32"}},  # GKE Cloud DNS
+        {"ipBlock": {"cidr": "169.254.20.10/32"}},  # NodeLocal DNSCache; not the metadata address
     ],
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
@@ -45,6 +44,15 @@ def test_network_policy_selects_exactly_the_jobs_pods(name):
     others = [o for o in rendering.objects if o["kind"] not in ("PyTorchJob", "Job")]
     others += [o["spec"]["template"] for o in by_kind(rendering, "Job") if not is_training_job(o)]
     assert others and not any(_selects(selector, o["metadata"].get("labels", {})) for o in others)
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_dns_egress_reaches_the_metadata_address_on_gke_stacks_only(name):
+    rendering = render(load_stack(name))
+    (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "mnist-r1"]
+    blocks = [peer["ipBlock"]["cidr"] for peer in policy["spec"]["egress"][0]["to"] if "ipBlock" in peer]
+    metadata = "169.254.169.254/32" in blocks
+    assert metadata == name.startswith("gke-"), (name, blocks)  # GKE's Cloud DNS; IMDS elsewhere
 
 
 def test_network_policy_of_one_run_does_not_select_another_runs_pods():

@@ -123,6 +123,8 @@ def test_an_inference_service_runs_our_container_in_standard_mode_without_a_stor
     isvc = one(rendering, "InferenceService")
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["metadata"]["name"] == "mnist-serve"
+    # Cluster-local: KServe creates no Ingress for it.
+    assert isvc["metadata"]["labels"]["networking.kserve.io/visibility"] == "cluster-local"
     annotations = isvc["metadata"]["annotations"]
     assert annotations["serving.kserve.io/deploymentMode"] == "Standard"
     assert annotations["serving.kserve.io/autoscalerClass"] == "none"

@@ -63,9 +63,10 @@ class NetworkSettings(SettingsGroup):
     )
     job_dns_egress_cidrs: list[str] = key(
         "jobDnsEgressCidrs",
-        ["169.254.20.10/32", "169.254.169.254/32"],
+        ["169.254.20.10/32"],
         "Addresses (CIDRs) besides kube-system pods the job may send DNS to: node-local caches such as "
-        "NodeLocal DNSCache (169.254.20.10) and GKE Cloud DNS (169.254.169.254).",
+        "NodeLocal DNSCache (169.254.20.10); add 169.254.169.254/32 on GKE with Cloud DNS (the GKE "
+        "stacks do), never elsewhere: on EKS and AKS it is the instance metadata service.",
     )
     job_network_policy: bool = key(
         "jobNetworkPolicy",
