@@ -139,3 +139,18 @@ def test_bad_entries_are_refused_naming_the_key(values: dict, message: str) -> N
         settings_of(values)
     assert f"ddp-mnist:{next(iter(values))}=" in str(refused.value)
     assert message in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job", "trainjob"])
+def test_jobextraenv_refuses_every_variable_the_bundle_derives_and_only_those(kind: str) -> None:
+    """BUNDLE_ENV is the list jobExtraEnv checks against: it must name each variable the bundle itself
+    sets in a training container of any kind (NCCL_DEBUG alone may be replaced)."""
+    from infra.program.checks.interconnect import BUNDLE_ENV
+
+    values = {**GPU, "jobKind": kind, "minioEndpoint": "minio.example:9000"}
+    if kind == "trainjob":
+        values |= {"trainerInstall": True, "operatorInstall": False, "operatorSmokeCheck": False}
+    rendering = render_config(values, secrets={"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "x"})
+    for template in pod_templates(rendering):
+        names = {e["name"] for e in _container(template)["env"]} - {"NCCL_DEBUG"}
+        assert names <= BUNDLE_ENV, names - BUNDLE_ENV

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from infra.program.checks.interconnect import BASELINE_CAPABILITIES
+
 Obj = Mapping[str, Any]
 LEVELS = ("privileged", "baseline", "restricted")
 
@@ -71,10 +73,9 @@ def _go_quote(value: str) -> str:
 # --- baseline ------------------------------------------------------------------------------------
 
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-DEFAULT_CAPABILITIES = {
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-}  # fmt: skip
+# check_capabilities_baseline.go's default set, kept once: the program's preview check of
+# jobAddCapabilities (infra/program/checks/interconnect.py) refuses what this model would refuse.
+DEFAULT_CAPABILITIES = BASELINE_CAPABILITIES
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 SAFE_SYSCTLS = {
     "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
