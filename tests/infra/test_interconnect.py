@@ -154,3 +154,10 @@ def test_jobextraenv_refuses_every_variable_the_bundle_derives_and_only_those(ki
     for template in pod_templates(rendering):
         names = {e["name"] for e in _container(template)["env"]} - {"NCCL_DEBUG"}
         assert names <= BUNDLE_ENV, names - BUNDLE_ENV
+
+
+def test_the_preview_check_and_the_admission_model_allow_the_same_baseline_capabilities() -> None:
+    from infra.offline.admission.podsecurity import DEFAULT_CAPABILITIES
+    from infra.program.checks.interconnect import BASELINE_CAPABILITIES
+
+    assert set(DEFAULT_CAPABILITIES) == set(BASELINE_CAPABILITIES)

@@ -21,8 +21,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.program.checks.interconnect import BASELINE_CAPABILITIES
-
 Obj = Mapping[str, Any]
 LEVELS = ("privileged", "baseline", "restricted")
 
@@ -73,9 +71,13 @@ def _go_quote(value: str) -> str:
 # --- baseline ------------------------------------------------------------------------------------
 
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
-# check_capabilities_baseline.go's default set, kept once: the program's preview check of
-# jobAddCapabilities (infra/program/checks/interconnect.py) refuses what this model would refuse.
-DEFAULT_CAPABILITIES = BASELINE_CAPABILITIES
+# check_capabilities_baseline.go's default set. The program's preview check of jobAddCapabilities
+# keeps the same set (infra/program/checks/interconnect.py; a test holds them equal): this module stays
+# free of the program's imports, since the policy pack's environment loads it without them.
+DEFAULT_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+    "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
 SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 SAFE_SYSCTLS = {
     "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies",
