@@ -72,7 +72,21 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         "kserve": _part(settings.kserve_install, settings.kserve_present, settings.kserve_version),
         "kueue": {"pytorchjobIntegration": settings.kueue_pytorchjob_integration},
         "priorityClasses": sorted(settings.priority_class_values),
+        # The namespaces it made for job stacks (createNamespace false there), with their levels, and
+        # the StorageClasses it made for them.
+        "teamNamespaces": settings.team_namespace_levels,
+        "storageClasses": _storage_classes(settings),
     }
+
+
+def _storage_classes(settings: Settings) -> dict[str, str]:
+    """The StorageClasses a platform stack creates (platformStorageClasses), with their volumeBindingMode."""
+    from infra.program.storage import binds_at_first_consumer, data_class_name
+
+    if not settings.platform_storage_classes:
+        return {}
+    mode = "WaitForFirstConsumer" if binds_at_first_consumer(settings) else "Immediate"
+    return {settings.storage_class_name: mode, data_class_name(settings): mode}
 
 
 def _part(installed: bool, present: bool, version: str) -> dict[str, str] | None:
@@ -121,6 +135,11 @@ def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
         return "runs a TrainJob (jobKind trainjob), but {platform} installed no Kubeflow Trainer v2"
     if settings.serve_kind == "kserve" and found.get("kserve") is None:
         return "serves with KServe (serveKind kserve), but {platform} installed no KServe"
+    if settings.create_namespace and settings.namespace in (found.get("teamNamespaces") or {}):
+        return (
+            f"creates namespace {settings.namespace} (createNamespace true), but {{platform}} owns it "
+            "(teamNamespaces): set createNamespace false to deploy into it"
+        )
     wanted = settings.job_priority_class_name
     if wanted and wanted not in (found.get("priorityClasses") or []):
         created = ", ".join(found.get("priorityClasses") or []) or "none"
@@ -171,6 +190,24 @@ def take(settings: Settings, found: Any, stack: str, has_keys: bool) -> Settings
     need = _needs(settings, found)
     if need:
         raise PlatformMismatch(f"stack {stack} " + need.format(platform=platform))
+    level = (found.get("teamNamespaces") or {}).get(settings.namespace)
+    if level is not None:
+        if settings.declares("namespace_pod_security") and settings.namespace_pod_security != level:
+            raise PlatformMismatch(
+                f"stack {stack} declares namespacePodSecurity={settings.namespace_pod_security}, but its "
+                f"{platform} labels team namespace {settings.namespace} {level} (remove "
+                f"namespacePodSecurity from stack {stack}: it comes from the platform stack)"
+            )
+        derived["namespace_pod_security"] = level
+    mode = (found.get("storageClasses") or {}).get(settings.storage_class_name)
+    if settings.storage_provider == "existing" and mode is not None:
+        if settings.declares("storage_volume_binding_mode") and settings.storage_volume_binding_mode != mode:
+            raise PlatformMismatch(
+                f"stack {stack} declares storageVolumeBindingMode={settings.storage_volume_binding_mode}, "
+                f"but its {platform} creates StorageClass {settings.storage_class_name} binding {mode} "
+                f"(remove storageVolumeBindingMode from stack {stack}: it comes from the platform stack)"
+            )
+        derived["storage_volume_binding_mode"] = mode
     merged = settings.model_copy(update=derived)
     violation = first_violation(merged, has_keys)
     if violation:

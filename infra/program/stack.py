@@ -24,6 +24,7 @@ from infra.program.seed import DataSeed
 from infra.program.serving import ModelServer, serve_example
 from infra.program.settings import PROJECT, Settings
 from infra.program.smoke import SmokeCheck
+from infra.program.tenancy import TeamTenancy
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
@@ -79,6 +80,12 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     smoke = smoke_checks(settings, operator, trainer, plugin)
     outputs.update(smoke)
     priority_classes(settings)
+    if settings.team_namespaces or settings.platform_storage_classes or settings.pod_security_label_guard:
+        tenancy = TeamTenancy("tenancy", settings)
+        if tenancy.namespaces:
+            outputs["teamNamespaces"] = tenancy.namespaces
+        if tenancy.storage_classes:
+            outputs["storageClasses"] = tenancy.storage_classes
     outputs[platform.OUTPUT] = facts_after(settings, smoke)
     return outputs
 

@@ -53,16 +53,20 @@ def filestore_addressing(settings: Settings) -> dict[str, str]:
 
 
 def binds_at_first_consumer(settings: Settings) -> bool:
-    """Whether the created classes bind WaitForFirstConsumer (every cloud preset: the volume is created
-    in the zone of the node its first pod runs on), not Immediate (nfs-csi, an existing server)."""
-    return settings.storage_provider not in ("nfs-csi", "existing")
+    """Whether the claims' classes bind WaitForFirstConsumer (every cloud preset: the volume is created
+    in the zone of the node its first pod runs on), not Immediate (nfs-csi, an existing server); for
+    existing classes, as storageVolumeBindingMode declares."""
+    if settings.storage_provider == "existing":
+        return settings.storage_volume_binding_mode == "WaitForFirstConsumer"
+    return settings.storage_provider != "nfs-csi"
 
 
 def data_class_name(settings: Settings) -> str:
     """The data claim's StorageClass: its own (`<storageClassName>-data`, reclaimPolicy
-    dataReclaimPolicy) for a created preset, the existing class otherwise."""
+    dataReclaimPolicy) for a created preset; for an existing class, dataStorageClassName, else
+    storageClassName."""
     if settings.storage_provider == "existing":
-        return settings.storage_class_name
+        return settings.data_storage_class_name or settings.storage_class_name
     return f"{settings.storage_class_name}-data"
 
 
@@ -136,7 +140,7 @@ class TrainingStorage(pulumi.ComponentResource):
         super().__init__(f"{PROJECT}:storage:TrainingStorage", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
         class_name: pulumi.Output[str] = pulumi.Output.from_input(settings.storage_class_name)
-        data_class: pulumi.Output[str] = class_name
+        data_class: pulumi.Output[str] = pulumi.Output.from_input(data_class_name(settings))
         class_args = storage_class_args(settings)
         data_args = storage_class_args(settings, data=True)
         if class_args is not None and data_args is not None:

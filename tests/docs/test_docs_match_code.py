@@ -320,7 +320,7 @@ def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gi
 
 
 JOB_DEPLOYER = re.compile(
-    r"`ddp-mnist-job-deployer` \(a ClusterRole you create once per cluster\):(.*?)\n\n", re.S
+    r"`ddp-mnist-job-deployer` \(a Role the platform stack creates in each team namespace\):(.*?)\n\n", re.S
 )
 
 
@@ -332,17 +332,33 @@ def resource_name(obj: dict) -> str:
     return f"{plural}.{group}" if group else plural
 
 
-def test_the_job_deployer_role_names_every_kind_a_job_stack_creates():
+def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other():
+    """The README's paragraph names exactly the resources of the rendered deployer Role and reader
+    ClusterRole, the writable ones as writable (tests/infra/test_tenancy.py checks those cover what
+    every job stack creates)."""
     from infra.offline.manifest import render
 
     role = JOB_DEPLOYER.search(README)
     assert role, "README: no ddp-mnist-job-deployer paragraph"
-    named = set(re.findall(r"`([a-z0-9.-]+)`", role.group(1)))
-    created = set()
-    for name in stack_names():
-        config = load_stack(name)
-        if config.values.get("ddp-mnist:stackRole", "all") != "job":
-            continue
-        created |= {resource_name(o) for o in render(config).objects}
-    assert created, "no job stack rendered"
-    assert created - named == set()
+    writes, _, reads = role.group(1).partition("; `get`, `list`, `watch` on")
+    granted = [
+        o
+        for o in render(load_stack("gke-platform")).objects
+        if (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
+        in (("Role", "ddp-mnist-job-deployer", "ddp-mnist"), ("ClusterRole", "ddp-mnist-job-reader", None))
+    ]
+    assert len(granted) == 2
+    rules = [rule for o in granted for rule in o["rules"]]
+
+    def names(writable: bool) -> set[str]:
+        return {
+            f"{r}.{g}" if g else r
+            for rule in rules
+            if ("create" in rule["verbs"]) == writable
+            for g in rule["apiGroups"]
+            for r in rule["resources"]
+        }
+
+    verbs = {"get", "list", "watch", "create", "update", "patch", "delete", "ddp-mnist-job-reader"}
+    assert set(re.findall(r"`([a-z0-9.-]+)`", writes)) - verbs == names(True)
+    assert set(re.findall(r"`([a-z0-9.-]+)`", reads)) - verbs == names(False)

@@ -63,9 +63,6 @@ def test_render_writes_manifest_and_summary(tmp_path):
         assert (tmp_path / written).stat().st_mode & 0o777 == 0o666 & ~_umask(), written
     documents = list(yaml.safe_load_all((tmp_path / "eks-gpu.yaml").read_text()))
     assert [d["kind"] for d in documents] == [
-        "Namespace",
-        "StorageClass",
-        "StorageClass",
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
         "Secret",

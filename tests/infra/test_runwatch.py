@@ -456,4 +456,6 @@ def test_workers_refused_at_admission_beside_a_running_master_fail_with_the_oper
     both = Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master, master], events=[refused], expected_pods=2)
     assert diagnose(both, NOW, 300) is None
     # Some pods, no refusal: the rest may still be on their way.
-    assert diagnose(Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master], expected_pods=2), NOW, 300) is None
+    assert (
+        diagnose(Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master], expected_pods=2), NOW, 300) is None
+    )

@@ -97,7 +97,10 @@ def test_the_training_job_waits_for_the_seed_job_and_both_are_admitted(kind):
 def test_the_seed_job_is_created_for_the_programs_wait_and_replaced_unless_complete():
     annotations = _seed(render_config({"seedSource": "https"}))["metadata"]["annotations"]
     # The program waits for it (infra/program/runwatch.py); the provider only for its create and deletion.
-    assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}", "pulumi.com/replaceUnready": "true"}
+    assert annotations == {
+        "pulumi.com/waitFor": "jsonpath={.metadata.uid}",
+        "pulumi.com/replaceUnready": "true",
+    }
 
 
 def test_model_export_goes_to_the_bucket_under_the_jobs_name():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import guardrails as g
 import pytest
 
+from infra.offline.stackconfig import load_stack
 from tests.policy.conftest import STACKS, stack_objects
 
 
@@ -30,6 +31,12 @@ def test_every_pod_meets_the_control(stack, control):
 def test_every_namespace_the_stack_creates_enforces_restricted(stack):
     """The job's namespace, and the post-install smoke check's where the stack installs the operator."""
     namespaces = [o for o in stack_objects(stack) if o["kind"] == "Namespace"]
+    config = load_stack(stack).values
+    if config.get("ddp-mnist:createNamespace") == "false" and config.get("ddp-mnist:platformStack"):
+        # A team namespace: its platform stack creates it (teamNamespaces).
+        team = config["ddp-mnist:namespace"]
+        created = stack_objects(config["ddp-mnist:platformStack"])
+        namespaces = [o for o in created if o["kind"] == "Namespace" and o["metadata"]["name"] == team]
     assert namespaces
     for namespace in namespaces:
         labels = namespace["metadata"]["labels"]

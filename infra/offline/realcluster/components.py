@@ -29,7 +29,10 @@ def advertise_address() -> str:
     return "192.0.2.10"
 
 
-def kubeconfig(server: str, pki: Path) -> dict:
+def kubeconfig(server: str, pki: Path, certificate: tuple[Path, Path] | None = None) -> dict:
+    """The kubeconfig of the admin (group system:masters), or of the user whose client `certificate`
+    (and key) it is (`pki.client_certificate`)."""
+    crt, key = certificate or (pki / "admin.crt", pki / "admin.key")
     return {
         "apiVersion": "v1",
         "kind": "Config",
@@ -43,8 +46,8 @@ def kubeconfig(server: str, pki: Path) -> dict:
             {
                 "name": "admin",
                 "user": {
-                    "client-certificate": str(pki / "admin.crt"),
-                    "client-key": str(pki / "admin.key"),
+                    "client-certificate": str(crt),
+                    "client-key": str(key),
                 },
             }
         ],

@@ -85,3 +85,12 @@ def make(pki: Path, service_ip: str) -> None:
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def client_certificate(pki: Path, user: str, groups: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """A client certificate and key for `user` (and `groups`, as organizations) signed by the cluster's
+    CA: an identity the API server authenticates like a cloud user, with only the rights RBAC gives it."""
+    name = "user-" + "".join(c if c.isalnum() or c in "-." else "-" for c in user)
+    subject = "".join(f"/O={group}" for group in groups) + f"/CN={user}"
+    _signed(pki, name, subject, "extendedKeyUsage=clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n")
+    return pki / f"{name}.crt", pki / f"{name}.key"

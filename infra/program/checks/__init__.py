@@ -16,6 +16,7 @@ from infra.program.checks import (
     s3,
     serving,
     storage,
+    tenancy,
     trainer_v2,
 )
 from infra.program.checks.errors import Check, ConfigError
@@ -29,6 +30,7 @@ CHECKS: tuple[Check, ...] = (
     job.names,
     prerequisites.prerequisites,
     storage.storage,
+    tenancy.data_storage_class,
     job.resources,
     s3.object_store,
     s3.existing_secret,
@@ -47,6 +49,7 @@ CHECKS: tuple[Check, ...] = (
     trainer_v2.trainjob_equivalents,
     operators.smoke_namespace,
     serving.serving,
+    tenancy.tenancy,
 )
 
 

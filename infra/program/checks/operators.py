@@ -56,6 +56,7 @@ def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:
 def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
     installs = s.operator_install or s.operator_patch_existing or s.trainer_install or s.kserve_install
     installs = installs or s.gpu_device_plugin == "install" or bool(s.gpu_smoke_node_selector)
+    installs = installs or bool(s.team_namespaces) or s.platform_storage_classes
     if s.stack_role == "platform" and not (installs or s.priority_classes):
         yield ConfigError(
             "operatorInstall",

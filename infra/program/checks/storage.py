@@ -20,8 +20,8 @@ FILESTORE_SIZES = {
 
 
 def storage(s: Settings, _: bool) -> Iterator[ConfigError]:
-    if s.stack_role in ("platform", "prerequisites"):
-        return  # a platform stack creates no storage; a prerequisites stack's rules are its own
+    if s.stack_role == "prerequisites" or (s.stack_role == "platform" and not s.platform_storage_classes):
+        return  # a prerequisites stack's rules are its own; a platform stack may create classes alone
     provider = s.storage_provider
     if provider == "nfs-csi" and not s.nfs_server:
         yield ConfigError(
@@ -45,10 +45,15 @@ def storage(s: Settings, _: bool) -> Iterator[ConfigError]:
         )
     if provider == "gke-filestore":
         low, high = FILESTORE_SIZES[s.filestore_tier]
-        for name, size in (
-            ("dataVolumeSize", s.data_volume_size),
-            ("checkpointVolumeSize", s.checkpoint_volume_size),
-        ):
+        claims = (
+            ()
+            if s.stack_role == "platform"
+            else (  # a platform stack makes no claim
+                ("dataVolumeSize", s.data_volume_size),
+                ("checkpointVolumeSize", s.checkpoint_volume_size),
+            )
+        )
+        for name, size in claims:
             if not parse_quantity(low) <= parse_quantity(size) <= parse_quantity(high):
                 yield ConfigError(
                     name,

@@ -38,6 +38,7 @@ from infra.program.settings.s3 import S3Settings
 from infra.program.settings.seed import SeedSettings
 from infra.program.settings.serving import KServeSettings, ServingSettings
 from infra.program.settings.storage import StorageSettings
+from infra.program.settings.tenancy import TenancySettings
 
 __all__ = [
     "SMOKE_NAMESPACE",
@@ -59,6 +60,7 @@ __all__ = [
 # order is the order of Pulumi.yaml's `config:` block and of validation (the first bad key is the
 # one reported): the groups are listed last key first, so that ClusterSettings' keys lead.
 class Settings(
+    TenancySettings,
     PrerequisitesSettings,
     KServeSettings,
     ServingSettings,

@@ -22,6 +22,20 @@ class StorageSettings(SettingsGroup):
         "ddp-mnist-rwx",
         "Name of the StorageClass to create, or of the existing one to use.",
     )
+    data_storage_class_name: str = key(
+        "dataStorageClassName",
+        "",
+        "With storageProvider existing: the existing StorageClass of the data claim (a platform stack's "
+        "<storageClassName>-data, platformStorageClasses); empty uses storageClassName for both claims.",
+    )
+    storage_volume_binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = key(
+        "storageVolumeBindingMode",
+        "Immediate",
+        "With storageProvider existing: the volumeBindingMode of the existing classes. WaitForFirstConsumer "
+        "(a cloud file store's) runs the seed Job on the job's nodes, so the data volume is created in "
+        "their zone. A job stack using its platform stack's classes (platformStack, "
+        "platformStorageClasses) takes it from there.",
+    )
     storage_reclaim_policy: Literal["Retain", "Delete"] = key(
         "storageReclaimPolicy",
         "Retain",
@@ -96,6 +110,11 @@ class StorageSettings(SettingsGroup):
     @classmethod
     def _storage_class_dns_subdomain(cls, value: str) -> str:
         return dns_subdomain(value)
+
+    @field_validator("data_storage_class_name")
+    @classmethod
+    def _data_class_dns_subdomain(cls, value: str) -> str:
+        return value and dns_subdomain(value)
 
     @field_validator("data_volume_size", "checkpoint_volume_size")
     @classmethod
