@@ -3,6 +3,16 @@
 Building the policies needs `pulumi_policy` but no engine; only `PolicyPack(...)` in `__main__.py`
 serves them to one. The Pulumi CLI runs this directory as a program, so sibling modules are imported
 by their plain names.
+
+What is not checked. `excludeNamespaces` lets through only what the platform itself installs there: a
+resource in one of those namespaces is skipped when its URN names one of `platformComponents` among its
+parents, i.e. it comes from an upstream manifest the stack applies (a kustomize Directory, a YAML
+ConfigFile or ConfigGroup, a Helm Chart: the training operator's, Trainer v2's and JobSet's, KServe's,
+csi-driver-nfs's) or is the NVIDIA device plugin this bundle's platform stack runs in kube-system. A
+stack's own workloads are checked wherever they are: a stack whose namespace is `kubeflow` gets every
+rule, as in any other namespace. (The URN is the program's to choose, so this keeps honest stacks in
+the checks; it cannot stop a program written to evade them.) Those components themselves are no
+Kubernetes objects and get no rule. Stacks in `exemptStacks` skip the policies that declare it.
 """
 
 from __future__ import annotations
@@ -23,19 +33,42 @@ from pulumi_policy import (
 )
 
 PACK_NAME = "ddp-mnist-guardrails"
-# Every resource policy skips these namespaces: the Kubeflow training operator's (kubeflow), Kubeflow
-# Trainer v2's and JobSet's (kubeflow-system), KServe's (kserve) and csi-driver-nfs's (kube-system, from
-# its chart, a prerequisites stack's) own workloads come from their upstream manifests, which this
-# platform does not author (set [] to check them too). KServe v0.20.0's release manifest alone has 7
-# violations there (tags without digests, a DaemonSet that is not restricted, a container without
-# limits, a literal under a secret-like env name).
-EXCLUDE_NAMESPACES = {
+# Components whose children are whole Kubernetes objects from manifests this platform does not author;
+# the components themselves are no objects.
+MANIFEST_COMPONENTS = (
+    "kubernetes:helm.sh/v3:Chart",
+    "kubernetes:helm.sh/v4:Chart",
+    "kubernetes:kustomize:Directory",
+    "kubernetes:kustomize/v2:Directory",
+    "kubernetes:yaml:ConfigFile",
+    "kubernetes:yaml:ConfigGroup",
+    "kubernetes:yaml/v2:ConfigFile",
+    "kubernetes:yaml/v2:ConfigGroup",
+)
+DEVICE_PLUGIN = "ddp-mnist:platform:NvidiaDevicePlugin"  # infra/program/device_plugin.py
+# Every policy but shared-claims-read-write-many skips what the platform installs in these namespaces:
+# the Kubeflow training operator's (kubeflow), Kubeflow Trainer v2's and JobSet's (kubeflow-system),
+# KServe's (kserve) and csi-driver-nfs's (kube-system, from its chart, a prerequisites stack's) own
+# workloads come from their upstream manifests, which this platform does not author (set [] to check them
+# too). KServe v0.20.0's release manifest alone has 7 violations there (images by :latest, a DaemonSet
+# that is not restricted, a container without limits, a ClusterStorageContainer whose container the pack
+# does not read). The device plugin needs a hostPath and root (Pod Security "restricted" forbids both;
+# kube-system is exempt from it on managed clusters).
+EXCLUSIONS: dict[str, dict[str, Any]] = {
     "excludeNamespaces": {
         "type": "array",
         "items": {"type": "string"},
         "default": ["kubeflow", "kubeflow-system", "kserve", "kube-system"],
-        "description": "Namespaces whose objects this policy does not check.",
-    }
+        "description": "Namespaces whose platform-installed objects (see platformComponents) this policy "
+        "does not check; anything else in them is checked as anywhere.",
+    },
+    "platformComponents": {
+        "type": "array",
+        "items": {"type": "string"},
+        "default": [*MANIFEST_COMPONENTS, DEVICE_PLUGIN],
+        "description": "Component types (type tokens) whose resources, when in excludeNamespaces, are the "
+        "platform's own installs and not checked: upstream manifests and the NVIDIA device plugin.",
+    },
 }
 # Policies that declare it skip the stacks it names (read from each resource's URN).
 EXEMPT_STACKS = {
@@ -67,10 +100,13 @@ def k8s_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any] |
 
     `kubernetes:batch/v1:Job` -> apiVersion batch/v1, kind Job (`core/v1` is plain `v1`), when the
     properties do not carry them already. A `*Patch` resource (a server-side apply of some fields of an
-    object the stack does not own, e.g. operatorPatchExisting's) is no whole object: None.
+    object the stack does not own, e.g. operatorPatchExisting's) is no whole object, and a component
+    that applies manifests (`MANIFEST_COMPONENTS`) no object at all: None.
     """
     parts = resource_type.split(":")
     if len(parts) != 3 or parts[0] != "kubernetes" or "/" not in parts[1] or parts[2].endswith("Patch"):
+        return None
+    if resource_type in MANIFEST_COMPONENTS:
         return None
     obj: dict[str, Any] = plain(props)
     api_version = parts[1][len("core/") :] if parts[1].startswith("core/") else parts[1]
@@ -84,6 +120,23 @@ def stack_of(urn: str) -> str:
     return urn.split("::", 1)[0].rsplit(":", 1)[-1]
 
 
+def parent_types(urn: str) -> list[str]:
+    """The types of a resource's parents, outermost first: the URN's qualified type is
+    `<parent type>$...$<type>`."""
+    parts = urn.split("::")
+    return parts[2].split("$")[:-1] if len(parts) >= 4 else []
+
+
+def skipped(obj: guardrails.Obj, urn: str, config: Mapping[str, Any]) -> bool:
+    """Whether the policy with this config leaves the object alone: the platform's own install in an
+    excluded namespace, or a resource of an exempt stack."""
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    platform = set(config["platformComponents"]) & set(parent_types(urn))
+    if namespace in config["excludeNamespaces"] and platform:
+        return True
+    return stack_of(urn) in config.get("exemptStacks", ())
+
+
 def resource_policy(
     name: str,
     description: str,
@@ -94,10 +147,11 @@ def resource_policy(
     """A policy (mandatory unless told) that reports each message `rule` returns for a Kubernetes resource.
 
     `properties` is the policy's config schema (JSON schema per key, with a default each); `rule`
-    receives the config with the defaults filled in, whether or not the engine filled them. A policy
-    whose schema has `exemptStacks` skips the resources of those stacks.
+    receives the config with the defaults filled in, whether or not the engine filled them. It skips
+    the platform's own installs in `excludeNamespaces`, and, when its schema has `exemptStacks`, the
+    resources of those stacks.
     """
-    schema = {**EXCLUDE_NAMESPACES, **(properties or {})}
+    schema = {**EXCLUSIONS, **(properties or {})}
     defaults = {key: prop["default"] for key, prop in schema.items()}
 
     def validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
@@ -105,9 +159,7 @@ def resource_policy(
         if obj is None:
             return
         config = {**defaults, **dict(args.get_config() or {})}
-        if (obj.get("metadata") or {}).get("namespace") in config["excludeNamespaces"]:
-            return
-        if stack_of(args.urn) in config.get("exemptStacks", ()):
+        if skipped(obj, args.urn, config):
             return
         for message in rule(obj, config):
             report_violation(message, None)
@@ -127,6 +179,46 @@ def _shared_claims(args: StackValidationArgs, report_violation: ReportViolation)
     for claim, message in guardrails.shared_claims_read_write_many([obj for _, obj in objects]):
         urn = next(u for u, obj in objects if obj is claim)
         report_violation(message, urn)
+
+
+BUDGET: dict[str, dict[str, Any]] = {
+    **EXCLUSIONS,
+    "maxNodes": {
+        "type": "integer",
+        "minimum": 1,
+        "default": 16,
+        "description": "Most pods (nodes) one training job may run.",
+    },
+    "maxGpus": {
+        "type": "integer",
+        "minimum": 0,
+        "default": 64,
+        "description": "Most GPUs one training job may use, all its pods together.",
+    },
+}
+# The kinds whose size the budget counts (converting only these keeps a preview's unknown values in
+# other resources from stopping the policy).
+BUDGETED_KINDS = ("PyTorchJob", "Job", "JobSet", "TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
+
+
+def _job_budget(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """Every training job of the stack within the budget; a TrainJob counted with its runtime when the
+    stack has it (a stack policy: the runtime is another resource)."""
+    config = {**{key: prop["default"] for key, prop in BUDGET.items()}, **dict(args.get_config() or {})}
+    found = [
+        (r.urn, k8s_object(r.resource_type, r.props))
+        for r in args.resources
+        if r.resource_type.rsplit(":", 1)[-1] in BUDGETED_KINDS
+    ]
+    objects = [(urn, obj) for urn, obj in found if obj is not None]
+    stack = [obj for _, obj in objects]
+    for urn, obj in objects:
+        if skipped(obj, urn, config):
+            continue
+        for message in guardrails.job_within_budget(
+            obj, int(config["maxNodes"]), int(config["maxGpus"]), stack
+        ):
+            report_violation(message, urn)
 
 
 def policies() -> list[Policy]:
@@ -174,8 +266,15 @@ def policies() -> list[Policy]:
             },
         ),
         resource_policy(
+            "workloads-understood",
+            "Every pod spec and container is one the pack reads: a kind it does not understand is refused, "
+            "not passed.",
+            lambda obj, _: guardrails.workloads_understood(obj),
+        ),
+        resource_policy(
             "no-secret-literals-in-env",
-            "Secret material reaches containers through Secrets, never as a literal env value.",
+            "Secret material reaches containers through Secrets, never as a literal env value, command or "
+            "argument.",
             lambda obj, _: guardrails.no_secret_literals_in_env(obj),
         ),
         resource_policy(
@@ -190,25 +289,12 @@ def policies() -> list[Policy]:
                 }
             },
         ),
-        resource_policy(
-            "job-size-within-budget",
-            "A training job uses at most the configured number of nodes and GPUs.",
-            lambda obj, config: guardrails.job_within_budget(
-                obj, int(config["maxNodes"]), int(config["maxGpus"])
-            ),
-            {
-                "maxNodes": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "default": 16,
-                    "description": "Most pods (nodes) one training job may run.",
-                },
-                "maxGpus": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": 64,
-                    "description": "Most GPUs one training job may use, all its pods together.",
-                },
-            },
+        StackValidationPolicy(
+            name="job-size-within-budget",
+            description="A training job, or a TrainingRuntime's defaults, uses at most the configured number "
+            "of nodes and GPUs; a TrainJob counts what it leaves to its runtime from that runtime.",
+            validate=_job_budget,
+            enforcement_level=EnforcementLevel.MANDATORY,
+            config_schema=PolicyConfigSchema(properties=BUDGET),
         ),
     ]

@@ -1,153 +1,87 @@
 """Platform guardrails as plain functions over Kubernetes objects (dicts as the API server sees them).
 
-Each rule takes one object (or, for `shared_claims_read_write_many`, all of a stack's objects) and
-returns its violations as one-line messages; an empty list means compliant. Nothing here imports
-Pulumi: `crossguard.py` wraps the rules as CrossGuard policies, and the tests call them directly on
-the objects the program renders.
+Each rule takes one object (or, for `shared_claims_read_write_many`, all of a stack's objects; for
+`job_within_budget`, one object and the stack's objects its size depends on) and returns its violations
+as one-line messages; an empty list means compliant. Nothing here imports Pulumi: `crossguard.py` wraps
+the rules as CrossGuard policies (and decides which objects each skips), and the tests call them
+directly on the objects the program renders.
 
-Workloads understood: kubeflow.org PyTorchJob (templates under spec.pytorchReplicaSpecs.*, processes
-per pod from spec.nprocPerNode), batch/v1 Job (processes per pod from a literal PET_NPROC_PER_NODE
-env var) and CronJob, apps/v1 Deployment/StatefulSet/ReplicaSet/DaemonSet, v1 Pod and PodTemplate,
-trainer.kubeflow.org (Cluster)TrainingRuntime (templates under its JobSet template's replicatedJobs)
-and TrainJob (its nodes, and GPUs and processes per node, from spec.trainer), serving.kserve.io
-InferenceService (its predictor's pod as KServe makes it, `infra.offline.effective.serving`: a storage
-URI brings KServe's storage-initializer init container; minReplicas pods).
+The pack denies by default. `workloads.py` reads the pod templates of the kinds the pack understands
+(PyTorchJob, Job, CronJob, the apps/v1 kinds, Pod, PodTemplate, ReplicationController, JobSet,
+(Cluster)TrainingRuntime, InferenceService) and what a TrainJob sets on its runtime's containers; every
+pod rule checks those. An object that carries a pod spec or a container anywhere else, of a known kind or
+not, is refused by `workloads_understood` ("kind X is not understood by the policy pack"), as is a Helm
+v3 Release, whose objects never reach the pack. A TrainJob's own spec.trainer image, command, args and
+env and its initializers' env get the image and secret rules; its GPUs per node the GPU rule; its size,
+with what it leaves to its runtime taken from that runtime, the budget (a runtime's own defaults are
+budgeted too). What looks like a secret literal is `secretlike.py`'s: env values and command/args
+entries, by name and by value.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from secretlike import secret_arguments, secret_env
+from workloads import (
+    GPU,
+    NODE,
+    RUNTIME_KINDS,
+    TRAINER_API,
+    Obj,
+    PodTemplate,
+    as_int,
+    container_views,
+    containers,
+    is_kind,
+    is_trainjob,
+    job_size,
+    name_of,
+    pod_templates,
+    runtime_of,
+    runtime_ref,
+    trainjob_left_to_runtime,
+    understood_kind,
+    unread,
+)
 
 from infra.offline.admission import podsecurity
 
-Obj = Mapping[str, Any]
-GPU = "nvidia.com/gpu"
-TRAINER_API = "trainer.kubeflow.org/"
-ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 
-
-@dataclass(frozen=True)
-class PodTemplate:
-    """One pod template of a workload: where it is, its metadata and spec, how many pods it makes."""
-
-    where: str
-    namespace: str
-    metadata: Obj
-    spec: Obj
-    pods: int
-    procs_per_pod: int | None
-
-
-def _int(value: Any) -> int | None:
-    """An integer from an int, an integral float (the engine sends every number as a double) or a
-    decimal string ("4"); None for "auto", "gpu" and the like."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
-
-
-def _quantity(value: Any) -> int | str:
+def _quantity(value: object) -> int | str:
     """A count as a number when it is one ("2", 2 and 2.0 alike), else its text."""
-    number = _int(value)
+    number = as_int(value)
     return str(value) if number is None else number
 
 
-def _count(value: Any, default: int = 1) -> int:
-    number = _int(value)
-    return default if number is None else number
+# --- what the pack reads -----------------------------------------------------------------------
 
 
-def _name(obj: Obj) -> str:
-    return f"{obj.get('kind', '?')} {obj.get('metadata', {}).get('name', '?')}"
-
-
-def containers(spec: Obj, ephemeral: bool = True) -> Iterator[Obj]:
-    """Every container of a pod spec: init containers, containers and (optionally) ephemeral ones."""
-    fields = ["initContainers", "containers"] + (["ephemeralContainers"] if ephemeral else [])
-    for field in fields:
-        yield from spec.get(field) or []
-
-
-def _env_procs(spec: Obj) -> int | None:
-    for container in containers(spec, ephemeral=False):
-        for env in container.get("env") or []:
-            if env.get("name") == "PET_NPROC_PER_NODE" and "value" in env:
-                return _int(env["value"])
-    return None
-
-
-def pod_templates(obj: Obj) -> list[PodTemplate]:
-    """The pod templates of a workload object (empty for anything that makes no pods)."""
-    kind, api = obj.get("kind"), str(obj.get("apiVersion", ""))
-    spec = obj.get("spec") or {}
-    namespace = (obj.get("metadata") or {}).get("namespace", "")
-    where = _name(obj)
-
-    def template(t: Obj, label: str, pods: int, procs: int | None) -> PodTemplate:
-        return PodTemplate(label, namespace, t.get("metadata") or {}, t.get("spec") or {}, pods, procs)
-
-    if kind == "PyTorchJob" and api.startswith("kubeflow.org/"):
-        procs = _int(spec.get("nprocPerNode"))
+def workloads_understood(obj: Obj) -> list[str]:
+    """Every pod spec and container in the object is one the pack reads: anything else would run
+    unchecked, so it is refused (deny by default)."""
+    name = name_of(obj)
+    kind = f"{obj.get('apiVersion', '?')} {obj.get('kind', '?')}"
+    if is_kind(obj, ["Release"], "helm.sh/"):
         return [
-            template(
-                replica.get("template") or {}, f"{where} {rtype}", _count(replica.get("replicas")), procs
-            )
-            for rtype, replica in sorted((spec.get("pytorchReplicaSpecs") or {}).items())
+            f"{name}: kind {kind} is not understood by the policy pack: the objects its chart installs "
+            "never reach the pack; install the chart with kubernetes.helm.v4.Chart, whose objects it "
+            "checks one by one"
         ]
-    if kind == "Job" and api.startswith("batch/"):
-        t = spec.get("template") or {}
-        parallelism = _count(spec.get("parallelism"))
-        pods = min(parallelism, _count(spec.get("completions"), parallelism))
-        return [template(t, where, pods, _env_procs(t.get("spec") or {}))]
-    if kind == "CronJob" and api.startswith("batch/"):
-        job = (spec.get("jobTemplate") or {}).get("spec") or {}
-        return [template(job.get("template") or {}, where, _count(job.get("parallelism")), None)]
-    if kind in {"Deployment", "StatefulSet", "ReplicaSet", "DaemonSet"} and api.startswith("apps/"):
-        return [template(spec.get("template") or {}, where, _count(spec.get("replicas")), None)]
-    if kind == "InferenceService" and api.startswith("serving.kserve.io/"):
-        from infra.offline.effective.serving import predictor_template
-
-        _, predictor = predictor_template(dict(obj))
-        replicas = _count((spec.get("predictor") or {}).get("minReplicas"))
-        return [template(predictor, f"{where} predictor", replicas, None)]
-    if kind == "PodTemplate" and api == "v1":
-        return [template(obj.get("template") or {}, where, 1, None)]
-    if kind == "Pod" and api == "v1":
-        return [PodTemplate(where, namespace, obj.get("metadata") or {}, spec, 1, None)]
-    if kind in ("TrainingRuntime", "ClusterTrainingRuntime") and api.startswith(TRAINER_API):
-        # The trainer replicatedJob runs mlPolicy.numNodes pods (a TrainJob's numNodes overrides it);
-        # processes per pod are the TrainJob's, so the GPU rule checks them there.
-        nodes = _count((spec.get("mlPolicy") or {}).get("numNodes"))
-        found = []
-        for rjob in ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []:
-            job = rjob.get("template") or {}
-            job_spec = job.get("spec") or {}
-            trainer = ((job.get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL) == "trainer"
-            pods = nodes if trainer else _count(rjob.get("replicas")) * _count(job_spec.get("parallelism"))
-            found.append(template(job_spec.get("template") or {}, f"{where} {rjob.get('name')}", pods, None))
-        return found
-    return []
-
-
-def _trainjob_node(obj: Obj) -> tuple[int, Obj, int | None] | None:
-    """A TrainJob's (nodes, resources per node, processes per node); None for anything else."""
-    if obj.get("kind") != "TrainJob" or not str(obj.get("apiVersion", "")).startswith(TRAINER_API):
-        return None
-    trainer = (obj.get("spec") or {}).get("trainer") or {}
-    return (
-        _count(trainer.get("numNodes")),
-        trainer.get("resourcesPerNode") or {},
-        _int(trainer.get("numProcPerNode")),
-    )
+    fix = "run it as a kind the pack reads, or teach policy/workloads.py to read it"
+    if understood_kind(obj):
+        return [
+            f"{name}: {path or 'the object'} is not understood by the policy pack: the {what} there would "
+            f"run unchecked; {fix}"
+            for path, what in unread(obj)
+        ]
+    return [
+        f"{name}: kind {kind} is not understood by the policy pack: the {what} at {path or 'its top level'} "
+        f"would run unchecked; {fix}"
+        for path, what in unread(obj)
+    ]
 
 
 # --- GPUs --------------------------------------------------------------------------------------
@@ -157,11 +91,13 @@ def gpu_limits_match_processes(obj: Obj) -> list[str]:
     """GPU pods set nvidia.com/gpu limits (= requests), one GPU per training process of the pod."""
     violations = []
     templates = pod_templates(obj)
-    trainjob = _trainjob_node(obj)
-    if trainjob is not None:  # resourcesPerNode goes to every node's trainer container
-        _, resources, procs = trainjob
-        node = {"containers": [{"name": "node", "resources": resources}]}
-        templates = [PodTemplate(_name(obj), "", {}, node, trainjob[0], procs)]
+    if is_trainjob(obj):  # resourcesPerNode goes to every node's trainer container
+        trainer = (obj.get("spec") or {}).get("trainer") or {}
+        node = {"containers": [{"name": NODE, "resources": trainer.get("resourcesPerNode") or {}}]}
+        nodes = as_int(trainer.get("numNodes"))
+        templates = [
+            PodTemplate(name_of(obj), "", {}, node, nodes or 1, as_int(trainer.get("numProcPerNode")))
+        ]
     for t in templates:
         total = 0
         for c in containers(t.spec, ephemeral=False):
@@ -174,7 +110,7 @@ def gpu_limits_match_processes(obj: Obj) -> list[str]:
                 violations.append(
                     f"{t.where}: container {c.get('name')} requests {request} {GPU} but its limit is {limit}"
                 )
-            total += _int(limit) or 0
+            total += as_int(limit) or 0
         if total and t.procs_per_pod is not None and total != t.procs_per_pod:
             violations.append(
                 f"{t.where}: {total} {GPU} per pod for {t.procs_per_pod} processes per node; "
@@ -201,16 +137,18 @@ def image_problem(image: str) -> str | None:
 
 
 def images_pinned(obj: Obj) -> list[str]:
-    """No `:latest` and no untagged images: a version tag or an @sha256 digest."""
+    """No `:latest` and no untagged images: a version tag or an @sha256 digest (a TrainJob's
+    spec.trainer.image too)."""
     violations = []
-    for t in pod_templates(obj):
-        for c in containers(t.spec):
-            problem = image_problem(str(c.get("image", "")))
-            if problem:
-                violations.append(
-                    f"{t.where}: container {c.get('name')} image {c.get('image')} {problem}; "
-                    "pin a version tag or an @sha256 digest"
-                )
+    for view in container_views(obj):
+        if view.kind == "trainjob" and "image" not in view.container:
+            continue
+        image = view.container.get("image")
+        problem = image_problem(str(image or ""))
+        if problem:
+            violations.append(
+                f"{view.where}: {view.label} image {image} {problem}; pin a version tag or an @sha256 digest"
+            )
     return violations
 
 
@@ -222,14 +160,17 @@ def images_by_digest(obj: Obj) -> list[str]:
     training operator's, KServe's storage-initializer) come from its own configuration.
     """
     violations = []
-    for t in pod_templates(obj):
-        for c in t.spec.get("containers") or []:
-            image = str(c.get("image", ""))
-            if not _DIGEST.search(image):
-                violations.append(
-                    f"{t.where}: container {c.get('name')} image {image} has no @sha256 digest, and a tag "
-                    "can be re-pushed; set the digest a release names (docs/RELEASE.md)"
-                )
+    for view in container_views(obj):
+        if view.kind not in ("main", "trainjob") or (
+            view.kind == "trainjob" and "image" not in view.container
+        ):
+            continue
+        image = str(view.container.get("image", ""))
+        if not _DIGEST.search(image):
+            violations.append(
+                f"{view.where}: {view.label} image {image} has no @sha256 digest, and a tag can be "
+                "re-pushed; set the digest a release names (docs/RELEASE.md)"
+            )
     return violations
 
 
@@ -280,7 +221,7 @@ def shared_claims_read_write_many(objects: Sequence[Obj]) -> list[tuple[Obj, str
             violations.append(
                 (
                     obj,
-                    f"{_name(obj)} is mounted by {use.pods} pods ({use.writers} writing) but its "
+                    f"{name_of(obj)} is mounted by {use.pods} pods ({use.writers} writing) but its "
                     f"accessModes are {modes}; a shared claim must be {need}",
                 )
             )
@@ -305,32 +246,30 @@ def pod_security_restricted(obj: Obj, privileged_namespaces: Sequence[str] = ())
     ]
 
 
-# --- secrets in env ----------------------------------------------------------------------------
-
-SECRET_ENV_NAME = re.compile(r"SECRET|PASSWORD|PASSWD|TOKEN|ACCESS_KEY|API_KEY|PRIVATE_KEY|CREDENTIAL", re.I)
-# Names of locations rather than values (AWS_WEB_IDENTITY_TOKEN_FILE, ..._PATH) hold no secret.
-LOCATION_SUFFIX = re.compile(r"_(FILE|PATH|DIR)$", re.I)
-SECRET_VALUE = re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+# --- secrets ----------------------------------------------------------------------------------
 
 
 def no_secret_literals_in_env(obj: Obj) -> list[str]:
-    """Secret material comes from a Secret (valueFrom/envFrom), never as a literal env value.
+    """Secret material comes from a Secret (valueFrom/envFrom), never as a literal env value or a
+    literal in command or args (`secretlike.py` says what looks secret).
 
-    Messages name the variable, never its value.
+    Messages name the variable or the entry, never its value.
     """
     violations = []
-    for t in pod_templates(obj):
-        for c in containers(t.spec):
-            for env in c.get("env") or []:
-                name, value = str(env.get("name", "")), env.get("value")
-                if not value:
-                    continue
-                by_name = SECRET_ENV_NAME.search(name) and not LOCATION_SUFFIX.search(name)
-                if by_name or SECRET_VALUE.search(str(value)):
-                    violations.append(
-                        f"{t.where}: container {c.get('name')} env {name} has a literal value that looks "
-                        "secret; use valueFrom.secretKeyRef"
-                    )
+    for view in container_views(obj):
+        for env in view.container.get("env") or []:
+            name = str(env.get("name", ""))
+            if secret_env(name, env.get("value")):
+                violations.append(
+                    f"{view.where}: {view.label} env {name} has a literal value that looks secret; "
+                    "use valueFrom.secretKeyRef"
+                )
+        for field in ("command", "args"):
+            for i in secret_arguments(view.container.get(field) or []):
+                violations.append(
+                    f"{view.where}: {view.label} {field}[{i}] has a literal value that looks secret; put it "
+                    f"in a Secret, pass it as an env var (valueFrom.secretKeyRef) and write $(VAR) in {field}"
+                )
     return violations
 
 
@@ -341,7 +280,8 @@ def requests_and_limits_set(obj: Obj, require_cpu_limit: bool = False) -> list[s
     """Every container requests CPU and memory and has a memory limit (a CPU limit when required).
 
     CPU limits are optional by default: CFS throttling slows data loading and collective progress
-    threads, while the memory limit is what protects the node.
+    threads, while the memory limit is what protects the node. A TrainJob's resourcesPerNode is merged
+    key by key over its runtime's `node` container, which this rule checks where the runtime is.
     """
     needed = [("requests", "cpu"), ("requests", "memory"), ("limits", "memory")]
     if require_cpu_limit:
@@ -359,39 +299,30 @@ def requests_and_limits_set(obj: Obj, require_cpu_limit: bool = False) -> list[s
 # --- job size ----------------------------------------------------------------------------------
 
 
-def job_size(obj: Obj) -> tuple[int, int] | None:
-    """(nodes, GPUs) a training job runs at once; None for objects that are not training jobs."""
-    trainjob = _trainjob_node(obj)
-    if trainjob is not None:
-        nodes, resources, _ = trainjob
-        return nodes, nodes * (_int((resources.get("limits") or {}).get(GPU)) or 0)
-    if obj.get("kind") not in ("PyTorchJob", "Job"):
-        return None
-    templates = pod_templates(obj)
-    if not templates:
-        return None
-    nodes = sum(t.pods for t in templates)
-    gpus = 0
-    for t in templates:
-        per_pod = sum(
-            _int(((c.get("resources") or {}).get("limits") or {}).get(GPU)) or 0
-            for c in containers(t.spec, ephemeral=False)
-        )
-        gpus += per_pod * t.pods
-    return nodes, gpus
+def job_within_budget(obj: Obj, max_nodes: int, max_gpus: int, objects: Sequence[Obj] = ()) -> list[str]:
+    """A training job uses at most `max_nodes` pods and `max_gpus` GPUs (from the policy's config).
 
-
-def job_within_budget(obj: Obj, max_nodes: int, max_gpus: int) -> list[str]:
-    """A training job uses at most `max_nodes` pods and `max_gpus` GPUs (from the policy's config)."""
-    size = job_size(obj)
+    A (Cluster)TrainingRuntime's defaults count as a job: a TrainJob that keeps them gets them. A
+    TrainJob's size takes what it leaves out (numNodes, the GPU limit per node) from its runtime among
+    `objects`; when that runtime is not there, the TrainJob must set both itself, or it is refused.
+    """
+    name = name_of(obj)
+    missing = trainjob_left_to_runtime(obj) if is_trainjob(obj) else []
+    if missing and runtime_of(obj, objects) is None:
+        kind, runtime = runtime_ref(obj)
+        return [
+            f"{name} leaves {' and '.join(missing)} to {kind} {runtime}, which is not among this stack's "
+            "objects, so its size cannot be counted; set them on the TrainJob (a GPU limit of 0 for none)"
+        ]
+    size = job_size(obj, objects)
     if size is None:
         return []
     nodes, gpus = size
+    if is_kind(obj, RUNTIME_KINDS, TRAINER_API):
+        name = f"{name} (what a TrainJob that keeps its defaults gets)"
     violations = []
     if nodes > max_nodes:
-        violations.append(
-            f"{_name(obj)} runs {nodes} nodes; this platform allows at most {max_nodes} per job"
-        )
+        violations.append(f"{name} runs {nodes} nodes; this platform allows at most {max_nodes} per job")
     if gpus > max_gpus:
-        violations.append(f"{_name(obj)} uses {gpus} GPUs; this platform allows at most {max_gpus} per job")
+        violations.append(f"{name} uses {gpus} GPUs; this platform allows at most {max_gpus} per job")
     return violations

@@ -1,14 +1,20 @@
 """The cluster tiers run only when asked for: `make e2e` (`pytest -m e2e tests/e2e`, a real cluster)
-and `make e2e-local` (`pytest -m e2e_local tests/e2e_local`, the local cluster of real parts)."""
+and `make e2e-local` (`pytest -m e2e_local tests/e2e_local`, the local cluster of real parts).
+
+The policy pack's modules import each other by plain name, as the Pulumi CLI runs the pack (its
+directory on sys.path), so that directory is importable in every test."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from _pytest.mark.expression import Expression
 
 TESTS = Path(__file__).resolve().parent
+if str(TESTS.parent / "policy") not in sys.path:
+    sys.path.append(str(TESTS.parent / "policy"))
 TIERS = {TESTS / "e2e": "e2e", TESTS / "e2e_local": "e2e_local"}
 E2E_DIR = TESTS / "e2e"
 

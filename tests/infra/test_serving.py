@@ -441,6 +441,14 @@ def test_kserve_is_configured_never_to_copy_the_wait_annotations_onto_server_pod
     assert not [k for k in pod.manifest["metadata"].get("annotations", {}) if k.startswith("pulumi.com/")]
 
 
+def test_the_kserve_model_drops_the_programs_wait_annotations() -> None:
+    """The offline model (which the policy pack loads without the program's dependencies) keeps its own
+    copy of the list."""
+    from infra.offline.effective import serving
+
+    assert serving.WAIT_ANNOTATIONS == WAIT_ANNOTATIONS
+
+
 def _predictor(reason: str, status: str, message: str = "") -> dict[str, Any]:
     condition = {"type": "PredictorReady", "status": status, "reason": reason, "message": message}
     return {"conditions": [{"type": "Ready", "status": status}, condition]}

@@ -1,5 +1,5 @@
 """The policy pack's modules as the Pulumi CLI imports them (the pack directory on sys.path), and
-the objects every stack renders, computed once per test session."""
+the objects every stack renders (with the URNs the engine gives them), computed once per test session."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import functools
 import sys
 from typing import Any
 
-from infra.offline.manifest import render
-from infra.offline.stackconfig import ROOT, load_stack
+from infra.offline.manifest import Rendering, render
+from infra.offline.stackconfig import ROOT, load_stack, stack_names
+from infra.program.settings import PROJECT
 from tests.infra.conftest import JOB_STACKS, is_training_job
 
 POLICY_DIR = ROOT / "policy"
@@ -17,11 +18,45 @@ if str(POLICY_DIR) not in sys.path:
     sys.path.insert(0, str(POLICY_DIR))
 
 STACKS = JOB_STACKS  # the stacks that render a training job
+ALL_STACKS = stack_names()  # and the platform and prerequisites stacks
 
 
 @functools.cache
+def _rendering(stack: str) -> Rendering:
+    return render(load_stack(stack))
+
+
 def _objects(stack: str) -> tuple[dict[str, Any], ...]:
-    return tuple(render(load_stack(stack)).objects)
+    return tuple(_rendering(stack).objects)
+
+
+def resources_of(rendering: Rendering) -> list[tuple[str, dict[str, Any]]]:
+    """Each rendered object with its URN as the engine makes it: `urn:pulumi:<stack>::<project>::<its
+    parents' types and its own, joined by $>::<name>` (what the pack reads a resource's components from)."""
+    components = {r.name: r for r in rendering.registrations if not r.custom}
+
+    def qualified_type(registration: Any) -> str:
+        types = [registration.type]
+        while registration.parent:
+            registration = components[registration.parent]
+            types.append(registration.type)
+        return "$".join(reversed(types))
+
+    urns = {}
+    for r in rendering.registrations:
+        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs:
+            meta = r.inputs.get("metadata") or {}
+            key = (r.inputs["kind"], meta.get("namespace"), meta.get("name"))
+            urns[key] = f"urn:pulumi:{rendering.stack}::{PROJECT}::{qualified_type(r)}::{r.name}"
+    return [
+        (urns[(o["kind"], o["metadata"].get("namespace"), o["metadata"].get("name"))], copy.deepcopy(o))
+        for o in rendering.objects
+    ]
+
+
+def stack_resources(stack: str) -> list[tuple[str, dict[str, Any]]]:
+    """A stack's (URN, object) pairs, the objects fresh deep copies."""
+    return resources_of(_rendering(stack))
 
 
 def stack_objects(stack: str) -> list[dict[str, Any]]:

@@ -19,14 +19,20 @@ from pulumi_policy import (  # noqa: E402
     PolicyResource,
     PolicyResourceOptions,
     ResourceValidationArgs,
-    ResourceValidationPolicy,
     StackValidationArgs,
     StackValidationPolicy,
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
 
 from infra.offline.stackconfig import ROOT  # noqa: E402
-from tests.policy.conftest import STACKS, job_of, stack_objects, templates_of  # noqa: E402
+from tests.policy.conftest import (  # noqa: E402
+    ALL_STACKS,
+    STACKS,
+    job_of,
+    stack_objects,
+    stack_resources,
+    templates_of,
+)
 
 UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's marker of a not-yet-known string
 
@@ -40,15 +46,16 @@ def _options():
     return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
 
 
-def _urn(obj, stack="test"):
-    return f"urn:pulumi:{stack}::ddp-mnist::{_type(obj)}::{obj['metadata']['name']}"
+def _urn(obj, stack="test", parents=()):
+    qualified = "$".join([*parents, _type(obj)])
+    return f"urn:pulumi:{stack}::ddp-mnist::{qualified}::{obj['metadata']['name']}"
 
 
-def _args(obj, config=None, stack="test"):
+def _args(obj, config=None, stack="test", urn=None):
     return ResourceValidationArgs(
         _type(obj),
         unknown_checking_proxy(obj),
-        _urn(obj, stack),
+        urn or _urn(obj, stack),
         obj["metadata"]["name"],
         _options(),
         None,
@@ -60,9 +67,23 @@ def _policies():
     return {p.name: p for p in crossguard.policies()}
 
 
-def _violations(policy, obj, config=None, stack="test"):
+def _violations(policy, obj, config=None, stack="test", urn=None):
     reported = []
-    policy.validate(_args(obj, config, stack), lambda message, urn=None: reported.append(message))
+    policy.validate(_args(obj, config, stack, urn), lambda message, urn=None: reported.append(message))
+    return reported
+
+
+def _resource(urn, obj):
+    return PolicyResource(
+        _type(obj), unknown_checking_proxy(obj), urn, obj["metadata"]["name"], _options(), None, None, [], {}
+    )
+
+
+def _stack_violations(policy, resources, config=None):
+    """(URN, message) for each violation a stack policy reports over (URN, object) pairs."""
+    reported = []
+    args = StackValidationArgs([_resource(urn, obj) for urn, obj in resources], config)
+    policy.validate(args, lambda message, urn=None: reported.append((urn, message)))
     return reported
 
 
@@ -70,9 +91,23 @@ def _mandatory():
     return {n: p for n, p in _policies().items() if p.enforcement_level == EnforcementLevel.MANDATORY}
 
 
+def _reported(resources, config=None, stack="test"):
+    """(policy, message) for every violation the pack's mandatory policies report over a stack's (URN,
+    object) pairs: each resource policy on each object, each stack policy on them all."""
+    found = []
+    for name, policy in _mandatory().items():
+        if isinstance(policy, StackValidationPolicy):
+            found += [(name, message) for _, message in _stack_violations(policy, resources, config)]
+            continue
+        for urn, obj in resources:
+            found += [(name, message) for message in _violations(policy, obj, config, stack, urn)]
+    return found
+
+
 def test_policies_are_mandatory_but_one_advisory_and_named():
     policies = _policies()
     assert set(policies) == {
+        "workloads-understood",
         "gpu-limits-match-processes",
         "images-pinned",
         "images-by-digest",
@@ -84,22 +119,41 @@ def test_policies_are_mandatory_but_one_advisory_and_named():
     }
     assert set(policies) - set(_mandatory()) == {"images-by-digest"}
     assert policies["images-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
-    assert isinstance(policies["shared-claims-read-write-many"], StackValidationPolicy)
+    # Stack policies: the budget reads a TrainJob's runtime, another resource.
+    assert {n for n, p in policies.items() if isinstance(p, StackValidationPolicy)} == {
+        "shared-claims-read-write-many",
+        "job-size-within-budget",
+    }
     budget = policies["job-size-within-budget"].config_schema
     assert budget is not None
     assert {k: v.get("default") for k, v in budget.properties.items()} == {
         "excludeNamespaces": ["kubeflow", "kubeflow-system", "kserve", "kube-system"],
+        "platformComponents": [
+            "kubernetes:helm.sh/v3:Chart",
+            "kubernetes:helm.sh/v4:Chart",
+            "kubernetes:kustomize:Directory",
+            "kubernetes:kustomize/v2:Directory",
+            "kubernetes:yaml:ConfigFile",
+            "kubernetes:yaml:ConfigGroup",
+            "kubernetes:yaml/v2:ConfigFile",
+            "kubernetes:yaml/v2:ConfigGroup",
+            "ddp-mnist:platform:NvidiaDevicePlugin",
+        ],
         "maxNodes": 16,
         "maxGpus": 64,
     }
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_rendered_resources_pass_every_mandatory_resource_policy(stack):
-    for obj in stack_objects(stack):
-        for policy in _mandatory().values():
-            if isinstance(policy, ResourceValidationPolicy):
-                assert _violations(policy, obj) == [], (policy.name, obj["kind"])
+@pytest.mark.parametrize("stack", ALL_STACKS)
+def test_every_stack_passes_every_mandatory_policy(stack):
+    """Job, platform and prerequisites stacks, each resource with the URN the engine gives it."""
+    resources = stack_resources(stack)
+    for policy in _mandatory().values():
+        if isinstance(policy, StackValidationPolicy):
+            assert _stack_violations(policy, resources) == [], policy.name
+            continue
+        for urn, obj in resources:
+            assert _violations(policy, obj, stack=stack, urn=urn) == [], (policy.name, urn)
 
 
 TRAINER = "ghcr.io/ddp-mnist/trainer:0.1.0"
@@ -172,15 +226,19 @@ def test_violations_reach_report_violation():
     ]
 
 
-def test_policy_config_overrides_defaults_and_excludes_namespaces():
+def test_policy_config_overrides_the_budget():
     budget = _policies()["job-size-within-budget"]
-    job = job_of(stack_objects("eks-gpu"))
-    assert _violations(budget, job, {"maxGpus": 4}) == [
-        "Job mnist-r1 uses 8 GPUs; this platform allows at most 4 per job"
-    ]
-    job["metadata"]["namespace"] = "kubeflow"
-    assert _violations(budget, job, {"maxGpus": 4}) == []
-    assert _violations(budget, job, {"maxGpus": 4, "excludeNamespaces": []}) != []
+    resources = stack_resources("eks-gpu")
+    job_urn = next(
+        urn for urn, obj in resources if obj["kind"] == "Job" and obj["metadata"]["name"] == "mnist-r1"
+    )
+    assert _stack_violations(budget, resources) == []
+    over = [(job_urn, "Job mnist-r1 uses 8 GPUs; this platform allows at most 4 per job")]
+    assert _stack_violations(budget, resources, {"maxGpus": 4}) == over
+    # The budget reads training jobs and runtimes only: a value not known yet elsewhere (a Secret's,
+    # during a preview) does not stop it.
+    next(obj for _, obj in resources if obj["kind"] == "Secret")["data"] = {"key": UNKNOWN_STRING}
+    assert _stack_violations(budget, resources, {"maxGpus": 4}) == over
 
 
 def test_unknown_values_are_left_to_the_sdk():
@@ -206,23 +264,8 @@ def test_shared_claims_policy_blames_the_claim():
     objects = stack_objects("gke-gpu")
     claim = next(o for o in objects if o["metadata"]["name"] == "ddp-mnist-checkpoints")
     claim["spec"]["accessModes"] = ["ReadWriteOnce"]
-    resources = [
-        PolicyResource(
-            _type(o),
-            unknown_checking_proxy(o),
-            _urn(o),
-            o["metadata"]["name"],
-            _options(),
-            None,
-            None,
-            [],
-            {},
-        )
-        for o in objects
-    ]
-    reported = []
-    _policies()["shared-claims-read-write-many"].validate(
-        StackValidationArgs(resources), lambda message, urn=None: reported.append((urn, message))
+    reported = _stack_violations(
+        _policies()["shared-claims-read-write-many"], [(_urn(o), o) for o in objects]
     )
     assert reported == [
         (

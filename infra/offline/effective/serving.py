@@ -31,7 +31,6 @@ from __future__ import annotations
 import copy
 
 from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
-from infra.program.serving import WAIT_ANNOTATIONS
 
 HASH = "<hash>"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
@@ -62,6 +61,10 @@ EXTENSION_FIELDS = {
     *("sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx", "huggingface", "pmml"),
     *("lightgbm", "paddle"),
 }
+# Pulumi's wait annotations on the InferenceService (`infra.program.serving.WAIT_ANNOTATIONS`, which a test
+# holds this equal to: the policy pack reads predictors with this module, in an environment without the
+# program's dependencies).
+WAIT_ANNOTATIONS = ("pulumi.com/waitFor", "pulumi.com/timeoutSeconds")
 # KServe's own list (pkg/constants/constants.go, ServiceAnnotationDisallowedList), and the wait
 # annotations the platform stack appends to it in `inferenceservice-config` (infra/program/kserve.py).
 DISALLOWED_ANNOTATIONS = {
