@@ -24,6 +24,26 @@ DNS_NAMESPACE = "kube-system"
 # net.ipv4.ip_local_port_range, 32768-60999 unless changed. Peers of the same job may reach that whole
 # range (TCP); nobody else may reach any port. RDMA (InfiniBand/RoCE) traffic bypasses NetworkPolicy.
 EPHEMERAL_PORTS = (32768, 60999)
+# What "the public internet" leaves out: private (RFC 1918), shared (RFC 6598, carrier-grade NAT and some
+# clouds' pod ranges), loopback and link-local (169.254.169.254, the instance metadata address on every
+# cloud) for IPv4; unique-local, link-local and loopback for IPv6.
+NOT_PUBLIC_V4 = (
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+)
+NOT_PUBLIC_V6 = ("::1/128", "fc00::/7", "fe80::/10")
+
+
+def public_internet() -> list[net.NetworkPolicyPeerArgs]:
+    """Peers for any public address, IPv4 and IPv6, and no cluster-internal or metadata address."""
+    return [
+        net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr="0.0.0.0/0", except_=list(NOT_PUBLIC_V4))),
+        net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr="::/0", except_=list(NOT_PUBLIC_V6))),
+    ]
 
 
 @dataclass(frozen=True)
@@ -148,6 +168,23 @@ class JobNetworkPolicy(pulumi.ComponentResource):
         )
         self.policy_name = policy.metadata.name
         self.register_outputs({"policy_name": self.policy_name})
+
+
+DEFAULT_DENY = f"{PROJECT}-default-deny"
+
+
+def default_deny(settings: Settings, namespace: pulumi.Input[str]) -> net.NetworkPolicy:
+    """Every pod of the namespace isolated both ways unless a policy of its own allows it (the job's,
+    the seed's, the server's): a pod nobody wrote a policy for reaches nothing and nothing reaches it."""
+    return net.NetworkPolicy(
+        "default-deny",
+        metadata=meta.ObjectMetaArgs(
+            name=DEFAULT_DENY, namespace=namespace, labels=labels(settings, "namespace")
+        ),
+        spec=net.NetworkPolicySpecArgs(
+            pod_selector=meta.LabelSelectorArgs(), policy_types=["Ingress", "Egress"]
+        ),
+    )
 
 
 class JobServiceAccount(pulumi.ComponentResource):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.isolation import dns_egress, job_pods, s3_destination, s3_egress
+from infra.program.isolation import dns_egress, job_pods, public_internet, s3_destination, s3_egress
 from infra.program.jobs import (
     logs_command,
     no_wait_annotations,
@@ -121,15 +121,22 @@ def seed_pod_template(
 
 
 def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
-    """No ingress; egress to DNS and to the source only (the bucket's port, or HTTPS anywhere)."""
+    """No ingress; egress to DNS and to the source only: the bucket's port, or HTTPS to the public
+    internet (or seedHttpsEgressCidrs)."""
     names = JobNames(job=SEED_JOB, service=SEED_JOB, checkpoint_dir="")
     egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.seed_source == "s3" else None
     if s3 is not None:
         egress.append(s3_egress(s3))
     else:
+        to = [
+            net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c))
+            for c in settings.seed_https_egress_cidrs
+        ] or public_internet()
         egress.append(
-            net.NetworkPolicyEgressRuleArgs(ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=HTTPS)])
+            net.NetworkPolicyEgressRuleArgs(
+                to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=HTTPS)]
+            )
         )
     return net.NetworkPolicySpecArgs(
         pod_selector=job_pods(names), policy_types=["Ingress", "Egress"], egress=egress

@@ -37,6 +37,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.device_plugin import GPU_JOB_NAME, GPU_WAIT_SECONDS, gpu_job_spec, gpu_smoke_outcome
+from infra.program.isolation import dns_egress
 from infra.program.jobs import CustomResourceWithStatus, _field, wait_annotations
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
@@ -44,6 +45,7 @@ from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 SMOKE_COMPONENT = "smoke-check"
 PYTORCHJOB_NAME = "operator-smoke"
 TRAINJOB_NAME = "trainer-smoke"
+SMOKE_POLICY = "ddp-mnist-smoke"  # its NetworkPolicy: DNS out, nothing else
 MASTER_TRIES = 90  # the Master looks the Worker up every 2 s for at least 3 minutes
 DEADLINE_SECONDS = 420  # runPolicy.activeDeadlineSeconds: pods that never start fail the job
 WAIT_SECONDS = 600  # pulumi.com/timeoutSeconds: longer than both
@@ -257,6 +259,20 @@ class SmokeCheck(pulumi.ComponentResource):
             opts=child,
         )
         ns = namespace.metadata.name
+        # Its pods only resolve names (the Worker's init container, the Master's check) and start: DNS
+        # out, nothing else in or out, in place before any of them.
+        isolated = k8s.networking.v1.NetworkPolicy(
+            f"{name}-network",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=SMOKE_POLICY, namespace=ns, labels=labels(settings, SMOKE_COMPONENT)
+            ),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(),
+                policy_types=["Ingress", "Egress"],
+                egress=[dns_egress(settings)],
+            ),
+            opts=child,
+        )
         self.outcomes: dict[str, pulumi.Output[str]] = {}
         # Any change of a smoke job's spec (a new init image) replaces it: the check runs again.
         replace = pulumi.ResourceOptions(replace_on_changes=["spec"], delete_before_replace=True)
@@ -268,7 +284,9 @@ class SmokeCheck(pulumi.ComponentResource):
                 spec=pytorchjob_spec(settings, PYTORCHJOB_NAME),
                 opts=pulumi.ResourceOptions.merge(
                     child,
-                    pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[operator])),
+                    pulumi.ResourceOptions.merge(
+                        replace, pulumi.ResourceOptions(depends_on=[operator, isolated])
+                    ),
                 ),
             )
             self.outcomes["operatorSmokeCheck"] = _gate(job, "PyTorchJob", PYTORCHJOB_NAME, settings)
@@ -282,7 +300,10 @@ class SmokeCheck(pulumi.ComponentResource):
                 ),
                 spec=trainjob_runtime_spec(settings),
                 opts=pulumi.ResourceOptions.merge(
-                    child, pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[trainer]))
+                    child,
+                    pulumi.ResourceOptions.merge(
+                        replace, pulumi.ResourceOptions(depends_on=[trainer, isolated])
+                    ),
                 ),
             )
             trainjob = CustomResourceWithStatus(
@@ -302,7 +323,9 @@ class SmokeCheck(pulumi.ComponentResource):
                     child,
                     pulumi.ResourceOptions.merge(
                         replace,
-                        pulumi.ResourceOptions(depends_on=[trainer, runtime], replace_with=[runtime]),
+                        pulumi.ResourceOptions(
+                            depends_on=[trainer, runtime, isolated], replace_with=[runtime]
+                        ),
                     ),
                 ),
                 api_version="trainer.kubeflow.org/v1alpha1",
@@ -320,7 +343,9 @@ class SmokeCheck(pulumi.ComponentResource):
                 spec=gpu_job_spec(settings),
                 opts=pulumi.ResourceOptions.merge(
                     child,
-                    pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=list(gpu_after))),
+                    pulumi.ResourceOptions.merge(
+                        replace, pulumi.ResourceOptions(depends_on=[*gpu_after, isolated])
+                    ),
                 ),
             )
             status: pulumi.Output[Any] = getattr(gpu, "status")  # noqa: B009 (resource outputs are attributes)

@@ -14,7 +14,7 @@ from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
 from infra.program.credentials import ObjectStoreCredentials
 from infra.program.device_plugin import NvidiaDevicePlugin
-from infra.program.isolation import JobNetworkPolicy, JobServiceAccount
+from infra.program.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
 from infra.program.kserve import KServe
 from infra.program.meta import JOB_LABEL, job_names, labels
@@ -153,6 +153,8 @@ def build(
         assert credentials is not None  # checks.prerequisites: the stack's MinIO keys are set
         return build_prerequisites(settings, credentials)
     namespace = _namespace(settings)
+    # With the job's own policy on (jobNetworkPolicy), the namespace denies by default too.
+    deny_all = (default_deny(settings, namespace),) if settings.job_network_policy else ()
     if has_budget(settings):
         NamespaceBudget("budget", settings, namespace)
     storage = TrainingStorage("storage", settings, namespace)
@@ -162,7 +164,7 @@ def build(
         secret_name = ObjectStoreCredentials("s3", settings, credentials, namespace).secret_name
     names = job_names(settings)
     identity = JobServiceAccount("identity", settings, names, namespace)
-    after: tuple[pulumi.Resource, ...] = ()
+    after: tuple[pulumi.Resource, ...] = deny_all
     queue = JobQueue("queue", settings, namespace).local_queue if settings.job_queue_name else None
     seed = None
     if settings.seeds_data:

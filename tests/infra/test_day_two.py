@@ -58,6 +58,7 @@ PLATFORM_INSTALLS = {
 PLATFORM_SMOKE = {
     "aks-platform": [
         "Namespace/ddp-mnist-smoke",
+        "NetworkPolicy/ddp-mnist-smoke",
         "PyTorchJob/operator-smoke",
         "DaemonSet/nvidia-device-plugin-daemonset",
         "Job/gpu-smoke",
@@ -67,10 +68,12 @@ PLATFORM_SMOKE = {
         "PriorityClass/training-high",
         "DaemonSet/nvidia-device-plugin-daemonset",
         "Namespace/ddp-mnist-smoke",
+        "NetworkPolicy/ddp-mnist-smoke",
         "Job/gpu-smoke",
     ],
     "gke-platform": [
         "Namespace/ddp-mnist-smoke",
+        "NetworkPolicy/ddp-mnist-smoke",
         "PyTorchJob/operator-smoke",
         "TrainingRuntime/trainer-smoke",
         "TrainJob/trainer-smoke",

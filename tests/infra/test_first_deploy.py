@@ -165,6 +165,7 @@ def _s3_port_rules(rendering) -> dict[str, list[dict[str, Any]]]:
     return {
         p["metadata"]["name"]: [r["ports"] for r in p["spec"]["egress"] if r.get("to") == [to_minio]]
         for p in by_kind(rendering, "NetworkPolicy")
+        if p["spec"].get("egress")  # not the namespace's default deny
     }
 
 

@@ -56,7 +56,7 @@ def test_dns_egress_reaches_the_metadata_address_on_gke_stacks_only(name):
 
 
 def test_network_policy_of_one_run_does_not_select_another_runs_pods():
-    first = one(render_config({"jobRunId": "r1"}), "NetworkPolicy")
+    first = job_policy(render_config({"jobRunId": "r1"}))
     second_pods = pod_templates(render_config({"jobRunId": "r2"}))
     assert not any(_selects(first["spec"]["podSelector"], t["metadata"]["labels"]) for t in second_pods)
 
@@ -64,7 +64,7 @@ def test_network_policy_of_one_run_does_not_select_another_runs_pods():
 @pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job"])
 def test_only_the_jobs_own_pods_reach_it_on_any_tcp_port_without_end_port(kind):
     """No `endPort` by default: plugins without it apply only its first port, and training hangs."""
-    spec = one(render_config({"jobKind": kind, "jobMasterPort": 29500}), "NetworkPolicy")["spec"]
+    spec = job_policy(render_config({"jobKind": kind, "jobMasterPort": 29500}))["spec"]
     same_job = [{"podSelector": {"matchLabels": {JOB_LABEL: "mnist-r1"}}}]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert spec["ingress"] == [{"from": same_job, "ports": [{"protocol": "TCP"}]}]
@@ -79,19 +79,19 @@ def test_the_narrower_peer_rule_is_rendezvous_and_collective_ports(kind):
         "jobMasterPort": 29500,
         "jobNetworkPolicyPeerPorts": "rendezvous-and-ephemeral",
     }
-    spec = one(render_config(values), "NetworkPolicy")["spec"]
+    spec = job_policy(render_config(values))["spec"]
     same_job = [{"podSelector": {"matchLabels": {JOB_LABEL: "mnist-r1"}}}]
     assert spec["ingress"] == [{"from": same_job, "ports": _peer_ports(29500)}]
     assert spec["egress"][1] == {"to": same_job, "ports": _peer_ports(29500)}
 
 
 def test_dns_egress_addresses_are_configurable():
-    spec = one(render_config({"jobDnsEgressCidrs": ["10.96.0.10/32"]}), "NetworkPolicy")["spec"]
+    spec = job_policy(render_config({"jobDnsEgressCidrs": ["10.96.0.10/32"]}))["spec"]
     assert spec["egress"][0]["to"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
         {"ipBlock": {"cidr": "10.96.0.10/32"}},
     ]
-    assert one(render_config({"jobDnsEgressCidrs": []}), "NetworkPolicy")["spec"]["egress"][0]["to"] == [
+    assert job_policy(render_config({"jobDnsEgressCidrs": []}))["spec"]["egress"][0]["to"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
     ]
 
@@ -132,7 +132,7 @@ def test_egress_to_the_s3_endpoint(endpoint, tls, s3_rule):
         {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls},
         secrets={"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "example"},
     )
-    dns, peers, s3 = one(rendering, "NetworkPolicy")["spec"]["egress"]
+    dns, peers, s3 = job_policy(rendering)["spec"]["egress"]
     assert dns == DNS_RULE
     assert s3 == s3_rule
 
@@ -228,3 +228,38 @@ def test_budget_parts_are_independent():
     assert one(only_defaults, "LimitRange")["spec"]["limits"] == [
         {"type": "Container", "defaultRequest": {"memory": "128Mi"}}
     ]
+
+
+def job_policy(rendering) -> dict:
+    """The job's own NetworkPolicy (not the namespace's default deny)."""
+    (policy,) = [
+        p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] != "ddp-mnist-default-deny"
+    ]
+    return policy
+
+
+def test_the_namespace_denies_every_pod_without_a_policy_of_its_own():
+    rendering = render_config({"serveKind": "deployment", "jobWait": True, "seedSource": "https"})
+    (deny,) = [
+        p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "ddp-mnist-default-deny"
+    ]
+    assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+    # Every pod the stack runs has a policy of its own that lets it do its work.
+    selectors = [
+        p["spec"]["podSelector"]["matchLabels"] for p in by_kind(rendering, "NetworkPolicy") if p is not deny
+    ]
+    workloads = [o for o in rendering.objects if o["kind"] in ("Job", "PyTorchJob", "Deployment")]
+    assert sorted(w["kind"] for w in workloads) == ["Deployment", "Job", "PyTorchJob"]  # seed, job, server
+    for workload in workloads:
+        templates = (
+            [r["template"] for r in workload["spec"]["pytorchReplicaSpecs"].values()]
+            if workload["kind"] == "PyTorchJob"
+            else [workload["spec"]["template"]]
+        )
+        for template in templates:
+            pod_labels = template["metadata"]["labels"]
+            assert any(all(pod_labels.get(k) == v for k, v in s.items()) for s in selectors), workload["kind"]
+    # Without the job's own policy there is no default deny either: the job's pods would reach nothing.
+    assert [
+        p["metadata"]["name"] for p in by_kind(render_config({"jobNetworkPolicy": False}), "NetworkPolicy")
+    ] == []

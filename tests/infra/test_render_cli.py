@@ -71,6 +71,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "NetworkPolicy",
         "NetworkPolicy",
         "NetworkPolicy",
+        "NetworkPolicy",
         "Service",
         "Service",
         "LocalQueue",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 import pulumi
@@ -54,7 +55,37 @@ def test_the_seed_job_fetches_from_https_mirrors_onto_the_data_volume():
     assert ignore["action"] == "Ignore"
     (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "ddp-mnist-seed"]
     assert "ingress" not in policy["spec"] and policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["spec"]["egress"][1] == {"ports": [{"protocol": "TCP", "port": 443}]}
+    https = policy["spec"]["egress"][1]
+    assert https["ports"] == [{"protocol": "TCP", "port": 443}]
+    # The public internet: a mirror's address passes, the cluster's, the VPC's and the metadata's do not.
+    for address, allowed in (
+        ("52.216.1.1", True),  # an S3 address
+        ("2600:1f18::1", True),
+        ("169.254.169.254", False),
+        ("10.96.0.10", False),
+        ("172.20.3.4", False),
+        ("192.168.1.1", False),
+        ("100.64.0.5", False),
+        ("fd00::1", False),
+    ):
+        assert admits(https["to"], address) == allowed, address
+    narrowed = render_config({"seedSource": "https", "seedHttpsEgressCidrs": ["10.20.0.0/16"]})
+    (policy,) = [p for p in by_kind(narrowed, "NetworkPolicy") if p["metadata"]["name"] == "ddp-mnist-seed"]
+    assert policy["spec"]["egress"][1]["to"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
+
+
+def admits(peers: list[dict], address: str) -> bool:
+    """Whether any ipBlock peer admits `address`, as a network plugin reads cidr and except."""
+    ip = ipaddress.ip_address(address)
+    for peer in peers:
+        block = peer["ipBlock"]
+        cidr = ipaddress.ip_network(block["cidr"])
+        excepted = any(
+            ip in ipaddress.ip_network(e) for e in block.get("except", []) if ip.version == cidr.version
+        )
+        if ip.version == cidr.version and ip in cidr and not excepted:
+            return True
+    return False
 
 
 def test_the_seed_job_can_copy_from_the_stacks_bucket_with_the_stacks_secret():

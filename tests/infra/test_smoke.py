@@ -146,6 +146,7 @@ def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
         if o["metadata"]["labels"].get(COMPONENT) not in ("tenancy", "storage")
     } == {
         "Namespace",
+        "NetworkPolicy",
         "PyTorchJob",
         "TrainingRuntime",
         "TrainJob",
@@ -179,8 +180,21 @@ def test_switching_it_off_or_installing_nothing_renders_no_smoke_check(values):
 
 def test_an_all_stack_that_installs_the_operator_checks_it_too():
     rendering = render_config({"operatorSmokeCheck": True})
-    assert [o["kind"] for o in smoke_objects(rendering)] == ["Namespace", "PyTorchJob"]
+    assert [o["kind"] for o in smoke_objects(rendering)] == ["Namespace", "NetworkPolicy", "PyTorchJob"]
     assert "operatorSmokeCheck" in rendering.outputs
+
+
+def test_the_smoke_pods_may_only_resolve_names_and_start_after_their_network_policy():
+    """Nothing in, DNS out: the Worker's init container and the Master's check only resolve names."""
+    rendering = render_config({"operatorSmokeCheck": True})
+    (policy,) = [o for o in smoke_objects(rendering) if o["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"] == {}
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in policy["spec"]
+    (dns,) = policy["spec"]["egress"]
+    assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+    (job,) = [r for r in rendering.registrations if r.name == "smoke-pytorchjob"]
+    assert any(d.endswith("smoke-network") for d in job.dependencies), job.dependencies
 
 
 def test_the_stacks_own_namespace_cannot_be_the_smoke_checks():

@@ -316,7 +316,7 @@ def test_a_changed_runtime_replaces_the_trainjob_after_the_install_and_the_netwo
 def test_the_default_master_port_stands_for_the_plugins_29500():
     rendering = _trainjob({"jobNetworkPolicyPeerPorts": "rendezvous-and-ephemeral"})
     assert rendering.settings.job_master_port == 29500
-    policy = next(o for o in rendering.objects if o["kind"] == "NetworkPolicy")
+    policy = next(o for o in rendering.objects if o["kind"] == "NetworkPolicy" and "ingress" in o["spec"])
     assert {"protocol": "TCP", "port": 29500} in policy["spec"]["ingress"][0]["ports"]
     assert render_config({"jobKind": "indexed-job"}).settings.job_master_port == 23456
 

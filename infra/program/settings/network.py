@@ -71,8 +71,10 @@ class NetworkSettings(SettingsGroup):
     job_network_policy: bool = key(
         "jobNetworkPolicy",
         True,
-        "A NetworkPolicy that limits the job's pods to each other, DNS and the S3 endpoint; false "
-        "leaves their traffic unrestricted (for CNIs or DNS setups the policy does not fit).",
+        "A NetworkPolicy that limits the job's pods to each other, DNS and the S3 endpoint, and one that "
+        "denies every other pod of the namespace all traffic (ddp-mnist-default-deny; the seed's and the "
+        "server's pods have their own); false leaves the job's traffic unrestricted and adds no "
+        "default deny (for CNIs or DNS setups the policy does not fit).",
     )
 
     @field_validator("job_dns_egress_cidrs")

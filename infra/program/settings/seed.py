@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Literal
 
@@ -26,6 +27,13 @@ class SeedSettings(SettingsGroup):
         "HTTPS base URLs holding the four MNIST .gz files, tried in order; every file is checked against "
         "the canonical sha256 of its raw content.",
     )
+    seed_https_egress_cidrs: list[str] = key(
+        "seedHttpsEgressCidrs",
+        [],
+        "Where the seed Job may connect on port 443 (seedSource https), as CIDRs (a mirror or proxy inside "
+        "your network); empty: the public internet only, never a private, link-local (instance metadata), "
+        "shared or unique-local address.",
+    )
     seed_backoff_limit: int = key(
         "seedBackoffLimit",
         4,
@@ -33,6 +41,16 @@ class SeedSettings(SettingsGroup):
         ge=0,
         le=20,
     )
+
+    @field_validator("seed_https_egress_cidrs")
+    @classmethod
+    def _https_egress_cidrs(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError:
+                raise ValueError("CIDRs such as 10.20.0.0/16 (the host bits zero)") from None
+        return value
 
     @field_validator("seed_mirrors")
     @classmethod
