@@ -138,12 +138,20 @@ def classify(error: Exception, what: str) -> TrainerError:
 @contextmanager
 def s3_errors(what: str) -> Iterator[None]:
     """Turn botocore errors raised inside the block into one-line TrainerErrors."""
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         yield
     except (BotoCoreError, ClientError) as error:
         raise classify(error, what) from None
+    except S3UploadFailedError as error:
+        # boto3's managed upload (upload_file) re-raises the ClientError as this, the original being
+        # its context (boto3 `s3/transfer.py`, S3Transfer.upload_file).
+        cause = error.__context__
+        if isinstance(cause, (BotoCoreError, ClientError)):
+            raise classify(cause, what) from None
+        raise S3UnreachableError(f"upload of {what} failed: {error}") from None
 
 
 @contextmanager

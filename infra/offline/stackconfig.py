@@ -87,14 +87,15 @@ def with_stand_in_secrets(stack: StackConfig) -> StackConfig:
     """
     from infra.program.checks import ConfigError
     from infra.program.config import settings_from_raw
-    from infra.program.settings import PROJECT, SECRET_KEYS
+    from infra.program.settings import PROJECT
+    from infra.program.settings.base import KEY_PAIRS
 
     try:
         settings_from_raw(stack.values, set(stack.secret_keys))
     except ConfigError as exc:
         if exc.key != f"{PROJECT}:minioAccessKey" or "=(unset) " not in str(exc):
             return stack
-        keys = {f"{PROJECT}:{k}" for k in SECRET_KEYS}
+        keys = {f"{PROJECT}:{k}" for k in KEY_PAIRS[0]}  # the read/write pair; a read-only one is optional
         return StackConfig(
             name=stack.name,
             values={**stack.values, **dict.fromkeys(keys, SECRET_PLACEHOLDER)},

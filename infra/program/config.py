@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from infra.program.checks import ConfigError, first_violation
 from infra.program.platform import assume_platform_provides
 from infra.program.settings import PROJECT, SECRET_KEYS, Settings
+from infra.program.settings.base import KEY_PAIRS
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,9 @@ class S3Credentials:
 
     access_key_id: pulumi.Output[str]
     secret_access_key: pulumi.Output[str]
+    # The read-only pair (minioReadAccessKey/minioReadSecretKey), for the pods that only read.
+    read_access_key_id: pulumi.Output[str] | None = None
+    read_secret_access_key: pulumi.Output[str] | None = None
 
 
 _SECRET_LIKE = re.compile(r"secret|password|passwd|token|credential|access_?key|private", re.IGNORECASE)
@@ -71,7 +75,8 @@ def _allowed(error: Mapping[str, Any]) -> str:
 # raw and reaches pod env, Pulumi state, outputs and error messages in plain text, so a value the user
 # marked secret there would lose its secrecy silently.
 _NOT_SECRET = (
-    "set without --secret: only minioAccessKey and minioSecretKey are kept secret, and this key's "
+    "set without --secret: only the S3 key pairs (minioAccessKey/minioSecretKey, minioReadAccessKey/"
+    "minioReadSecretKey) are kept secret, and this key's "
     "value is written in plain text to the rendered objects, Pulumi state and outputs "
     "(pulumi config set {alias} <value>; for credentials use minioAccessKey/minioSecretKey or "
     "minioExistingSecret)"
@@ -134,11 +139,26 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
             alias, values.get(alias, error.get("input")), _allowed(error), secret=secret
         ) from None
     # The schema gives the key pair an empty default (Pulumi requires a default for optional keys).
-    present = [k for k in SECRET_KEYS if raw.get(f"{prefix}{k}")]
-    if len(present) == 1:
-        missing = next(k for k in SECRET_KEYS if k not in present)
+    for pair in KEY_PAIRS:
+        given = [k for k in pair if raw.get(f"{prefix}{k}")]
+        if len(given) == 1:
+            missing = next(k for k in pair if k not in given)
+            raise ConfigError(missing, None, f"set too: {pair[0]} and {pair[1]} go together", secret=True)
+    present = [k for k in KEY_PAIRS[0] if raw.get(f"{prefix}{k}")]
+    read_pair = bool(raw.get(f"{prefix}{KEY_PAIRS[1][0]}"))
+    if read_pair and not present:
         raise ConfigError(
-            missing, None, "set too: minioAccessKey and minioSecretKey go together", secret=True
+            KEY_PAIRS[1][0],
+            "",
+            "set only beside minioAccessKey and minioSecretKey (with minioExistingSecret, name the "
+            "read-only Secret in minioReadExistingSecret)",
+            secret=True,
+        )
+    if read_pair and raw.get(f"{prefix}minioReadExistingSecret"):
+        raise ConfigError(
+            "minioReadExistingSecret",
+            raw[f"{prefix}minioReadExistingSecret"],
+            "empty when minioReadAccessKey and minioReadSecretKey are set (one read-only pair)",
         )
     # With a platform stack, the declarations it replaces are checked against its facts when they are
     # read (infra/program/platform.py); every other rule holds here already.
@@ -168,8 +188,12 @@ def load_settings() -> tuple[Settings, S3Credentials | None]:
     if not has_keys:
         return settings, None
     config = pulumi.Config(PROJECT)
+    read = raw.get(f"{PROJECT}:minioReadAccessKey")
     return settings, S3Credentials(
-        config.require_secret("minioAccessKey"), config.require_secret("minioSecretKey")
+        config.require_secret("minioAccessKey"),
+        config.require_secret("minioSecretKey"),
+        config.require_secret("minioReadAccessKey") if read else None,
+        config.require_secret("minioReadSecretKey") if read else None,
     )
 
 

@@ -17,6 +17,7 @@ from infra.program.settings import PROJECT, Settings
 
 ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
 SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+READ_SECRET = f"{PROJECT}-s3-read"
 
 
 class ObjectStoreCredentials(pulumi.ComponentResource):
@@ -27,6 +28,7 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
     """
 
     secret_name: pulumi.Output[str]
+    read_secret_name: pulumi.Output[str]  # the read-only pair's Secret, else the read/write one
 
     def __init__(
         self,
@@ -62,4 +64,45 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.secret_name = secret.metadata.name
-        self.register_outputs({"secret_name": self.secret_name})
+        self.read_secret_name = self.secret_name
+        if credentials is not None and credentials.read_access_key_id is not None:
+            assert credentials.read_secret_access_key is not None  # the pair goes together (config.py)
+            read = k8s.core.v1.Secret(
+                f"{name}-read-secret",
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=READ_SECRET, namespace=namespace, labels=labels(settings, "credentials")
+                ),
+                type="Opaque",
+                string_data={
+                    ACCESS_KEY_ID: credentials.read_access_key_id,
+                    SECRET_ACCESS_KEY: credentials.read_secret_access_key,
+                },
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.read_secret_name = read.metadata.name
+        elif settings.minio_read_existing_secret:
+            existing_read = k8s.core.v1.Secret.get(
+                f"{name}-read-existing",
+                f"{settings.namespace}/{settings.minio_read_existing_secret}",
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.read_secret_name = existing_read.metadata.name
+        self.register_outputs({"secret_name": self.secret_name, "read_secret_name": self.read_secret_name})
+
+
+def ca_bundle_config_map(settings: Settings, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMap | None:
+    """The ConfigMap of minioCaBundle's certificates, which every pod reaching the store mounts."""
+    from infra.program.checks.s3 import ca_bundle_text
+    from infra.program.podspec import S3_CA_CONFIG_MAP, S3_CA_KEY
+
+    if not (settings.minio_ca_bundle and settings.minio_endpoint):
+        return None
+    text = ca_bundle_text(settings)
+    assert text is not None  # checks.s3.ca_bundle read it already
+    return k8s.core.v1.ConfigMap(
+        "s3-ca",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=S3_CA_CONFIG_MAP, namespace=namespace, labels=labels(settings, "credentials")
+        ),
+        data={S3_CA_KEY: text},
+    )

@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 from infra.program import scheduling
 from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from infra.program.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
-from infra.program.settings import Settings, parse_quantity
+from infra.program.settings import PROJECT, Settings, parse_quantity
 from infra.program.settings.interconnect import extended_resources, host_mounts, split_pair
 
 core = k8s.core.v1
@@ -128,7 +128,8 @@ def base_env() -> list[core.EnvVarArgs]:
 
 
 def s3_env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core.EnvVarArgs]:
-    """The S3 endpoint and region, and the key pair as references to the stack's Secret."""
+    """The S3 endpoint and region, the CA bundle that verifies it (minioCaBundle), and the key pair as
+    references to the stack's Secret."""
     env: list[core.EnvVarArgs] = []
     if settings.minio_endpoint:
         scheme = "https" if settings.minio_tls else "http"
@@ -136,9 +137,31 @@ def s3_env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[co
             core.EnvVarArgs(name="AWS_ENDPOINT_URL", value=f"{scheme}://{settings.minio_endpoint}"),
             core.EnvVarArgs(name="AWS_REGION", value=settings.minio_region),
         ]
+        if settings.minio_ca_bundle:
+            # botocore reads it for every https connection (and only those).
+            env.append(core.EnvVarArgs(name="AWS_CA_BUNDLE", value=f"{S3_CA_MOUNT}/{S3_CA_KEY}"))
     if secret_name is not None:
         env += s3_key_env(secret_name)
     return env
+
+
+S3_CA_CONFIG_MAP = f"{PROJECT}-s3-ca"
+S3_CA_MOUNT = f"/etc/{PROJECT}/s3-ca"
+S3_CA_KEY = "ca.crt"
+
+
+def s3_ca_volumes(settings: Settings) -> tuple[list[core.VolumeArgs], list[core.VolumeMountArgs]]:
+    """The CA bundle's ConfigMap as a read-only volume, for a pod that reaches the store (none without
+    minioCaBundle)."""
+    if not (settings.minio_ca_bundle and settings.minio_endpoint):
+        return [], []
+    source = core.ConfigMapVolumeSourceArgs(
+        name=S3_CA_CONFIG_MAP, items=[core.KeyToPathArgs(key=S3_CA_KEY, path=S3_CA_KEY)]
+    )
+    return (
+        [core.VolumeArgs(name="s3-ca", config_map=source)],
+        [core.VolumeMountArgs(name="s3-ca", mount_path=S3_CA_MOUNT, read_only=True)],
+    )
 
 
 def s3_key_env(secret_name: pulumi.Input[str]) -> list[core.EnvVarArgs]:
@@ -204,7 +227,8 @@ def _volumes(
             ),
         )
         mounts.insert(0, core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT, read_only=True))
-    return volumes, mounts
+    ca_volumes, ca_mounts = s3_ca_volumes(settings)
+    return volumes + ca_volumes, mounts + ca_mounts
 
 
 def node_affinity(settings: Settings) -> core.NodeAffinityArgs | None:

@@ -40,7 +40,14 @@ from infra.program.jobs import (
     run_outcome,
 )
 from infra.program.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
-from infra.program.podspec import base_env, container_security, job_node_pods, pod_security, s3_env
+from infra.program.podspec import (
+    base_env,
+    container_security,
+    job_node_pods,
+    pod_security,
+    s3_ca_volumes,
+    s3_env,
+)
 from infra.program.settings import PROJECT, Settings
 from infra.program.storage import binds_at_first_consumer
 
@@ -81,6 +88,7 @@ def seed_pod_template(
     service_account: pulumi.Input[str] | None,
 ) -> core.PodTemplateSpecArgs:
     empty = core.EmptyDirVolumeSourceArgs
+    ca_volumes, ca_mounts = s3_ca_volumes(settings) if settings.seed_source == "s3" else ([], [])
     container = core.ContainerArgs(
         name=CONTAINER,
         image=settings.job_image,
@@ -92,6 +100,7 @@ def seed_pod_template(
         volume_mounts=[
             core.VolumeMountArgs(name="data", mount_path=DATA_MOUNT),
             core.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+            *ca_mounts,
         ],
         security_context=container_security(),
     )
@@ -108,6 +117,7 @@ def seed_pod_template(
                     persistent_volume_claim=core.PersistentVolumeClaimVolumeSourceArgs(claim_name=data_claim),
                 ),
                 core.VolumeArgs(name="tmp", empty_dir=empty(size_limit="1Gi")),
+                *ca_volumes,
             ],
             restart_policy="Never",
             # A zonal volume is created where its first consumer runs: the seed, on the job's nodes.

@@ -43,7 +43,14 @@ import pulumi_kubernetes as k8s
 from infra.program.isolation import dns_egress, namespace_peer, s3_destination, s3_egress
 from infra.program.jobs import CustomResourceWithStatus
 from infra.program.meta import JobNames, labels
-from infra.program.podspec import base_env, container_security, model_export_uri, pod_security, s3_env
+from infra.program.podspec import (
+    base_env,
+    container_security,
+    model_export_uri,
+    pod_security,
+    s3_ca_volumes,
+    s3_env,
+)
 from infra.program.settings import PROJECT, Settings, parse_quantity
 
 core = k8s.core.v1
@@ -158,6 +165,8 @@ def server_container(
     mounts = [core.VolumeMountArgs(name="tmp", mount_path="/tmp")]
     if not s3:
         mounts.append(core.VolumeMountArgs(name="checkpoints", mount_path=MODEL_MOUNT, read_only=True))
+    else:
+        mounts += s3_ca_volumes(settings)[1]
     return core.ContainerArgs(
         name=container_name,
         image=settings.job_image,
@@ -186,6 +195,8 @@ def server_volumes(settings: Settings, checkpoint_claim: pulumi.Input[str]) -> l
     if settings.serve_model_source == "pvc":
         claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=checkpoint_claim, read_only=True)
         volumes.append(core.VolumeArgs(name="checkpoints", persistent_volume_claim=claim))
+    else:
+        volumes += s3_ca_volumes(settings)[0]
     return volumes
 
 

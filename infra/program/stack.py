@@ -12,7 +12,7 @@ import pulumi_kubernetes as k8s
 from infra.program import platform
 from infra.program.budget import NamespaceBudget, has_budget
 from infra.program.config import S3Credentials
-from infra.program.credentials import ObjectStoreCredentials
+from infra.program.credentials import ObjectStoreCredentials, ca_bundle_config_map
 from infra.program.device_plugin import NvidiaDevicePlugin
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
@@ -159,12 +159,15 @@ def build(
         NamespaceBudget("budget", settings, namespace)
     storage = TrainingStorage("storage", settings, namespace)
     uses_secret = credentials is not None or bool(settings.minio_existing_secret)
-    secret_name = None
+    secret_name = read_secret_name = None
     if uses_secret:
-        secret_name = ObjectStoreCredentials("s3", settings, credentials, namespace).secret_name
+        s3 = ObjectStoreCredentials("s3", settings, credentials, namespace)
+        # The seed and the server only read: the read-only pair's Secret when there is one.
+        secret_name, read_secret_name = s3.secret_name, s3.read_secret_name
     names = job_names(settings)
     identity = JobServiceAccount("identity", settings, names, namespace)
-    after: tuple[pulumi.Resource, ...] = deny_all
+    ca = ca_bundle_config_map(settings, namespace)
+    after: tuple[pulumi.Resource, ...] = deny_all + ((ca,) if ca is not None else ())
     queue = JobQueue("queue", settings, namespace).local_queue if settings.job_queue_name else None
     seed = None
     if settings.seeds_data:
@@ -173,7 +176,7 @@ def build(
             settings,
             namespace,
             storage.data_claim,
-            secret_name,
+            read_secret_name,
             identity.service_account_name,
             queue=queue,  # queued like the training job, once its LocalQueue exists
             watch=watch,
@@ -236,7 +239,7 @@ def build(
             namespace,
             after_success(pulumi.Output.from_input(settings.job_run_id), job.outcome),
             storage.checkpoint_claim,
-            secret_name,
+            read_secret_name,
             after=(kserve,) if kserve else (),
         )
         served |= {
@@ -261,6 +264,7 @@ def build(
         "storageClass": storage.storage_class,
         "dataStorageClass": storage.data_storage_class,
         "s3SecretName": secret_name,
+        "s3ReadSecretName": read_secret_name,
         "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,
         "logsCommand": training_logs(settings, names.job),

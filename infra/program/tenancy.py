@@ -48,7 +48,7 @@ READ = ["get", "list", "watch"]
 # for a Service's, ReplicaSets for a Deployment's rollout: pulumi-kubernetes v4.25 `pkg/await/service.go`,
 # `deployment.go`, each through an informer of the object's namespace; the namespace's budget).
 JOB_DEPLOYER_RULES: tuple[tuple[str, tuple[str, ...], list[str]], ...] = (
-    ("", ("persistentvolumeclaims", "serviceaccounts", "secrets", "services"), WRITE),
+    ("", ("persistentvolumeclaims", "serviceaccounts", "secrets", "configmaps", "services"), WRITE),
     ("", ("pods", "events", "endpoints", "resourcequotas", "limitranges"), READ),
     ("networking.k8s.io", ("networkpolicies",), WRITE),
     ("batch", ("jobs",), WRITE),

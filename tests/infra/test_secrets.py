@@ -9,7 +9,7 @@ import pytest
 from infra.offline.cluster import cluster_view, effective_yaml
 from infra.offline.manifest import REDACTED, RecordingMocks, render, to_yaml
 from infra.offline.render import summary
-from tests.infra.conftest import BASE, stack_config
+from tests.infra.conftest import BASE, by_kind, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
 CANARY_KEY = "canary-Secret-Value-9f8e7d"
@@ -95,11 +95,93 @@ def test_a_key_other_than_the_credentials_set_as_secret_is_refused_without_echoi
             run_program(stack_config(dict(BASE), secrets={key: value}), mocks)
         except ConfigError as exc:
             assert str(exc) == (
-                f"config ddp-mnist:{key}=[secret] is invalid: must be set without --secret: only "
-                "minioAccessKey and minioSecretKey are kept secret, and this key's value is written in "
+                f"config ddp-mnist:{key}=[secret] is invalid: must be set without --secret: only the S3 "
+                "key pairs (minioAccessKey/minioSecretKey, minioReadAccessKey/minioReadSecretKey) are "
+                "kept secret, and this key's value is written in "
                 f"plain text to the rendered objects, Pulumi state and outputs (pulumi config set {key} "
                 "<value>; for credentials use minioAccessKey/minioSecretKey or minioExistingSecret)"
             )
             assert mocks.registrations == []
         else:
             raise AssertionError(f"a secret {key} was accepted")
+
+
+READ_KEYS = {"minioReadAccessKey": "reader-key", "minioReadSecretKey": "reader-secret-0123"}
+RW_KEYS = {"minioAccessKey": "writer-key", "minioSecretKey": "writer-secret-0123"}
+
+
+def _secret_refs(template: dict) -> set[str]:
+    return {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for c in template["spec"]["containers"]
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def test_the_pods_that_only_read_take_the_read_only_pair_and_the_trainer_the_read_write_one():
+    values = {
+        **BASE,
+        "minioEndpoint": "minio.minio.svc:9000",
+        "seedSource": "s3",
+        "jobModelExport": True,
+        "serveKind": "deployment",
+        "serveModelSource": "s3",
+        "jobWait": True,
+    }
+    rendering = render(stack_config(values, secrets={**RW_KEYS, **READ_KEYS}))
+    secrets = {s["metadata"]["name"]: s for s in by_kind(rendering, "Secret")}
+    assert set(secrets) == {"ddp-mnist-s3", "ddp-mnist-s3-read"}
+    assert rendering.outputs["s3ReadSecretName"] == "ddp-mnist-s3-read"
+    (seed,) = [j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed"]
+    assert _secret_refs(seed["spec"]["template"]) == {"ddp-mnist-s3-read"}
+    (server,) = by_kind(rendering, "Deployment")
+    assert _secret_refs(server["spec"]["template"]) == {"ddp-mnist-s3-read"}
+    (job,) = by_kind(rendering, "PyTorchJob")
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        assert _secret_refs(replica["template"]) == {"ddp-mnist-s3"}  # it exports the model
+    # Without a read-only pair every pod uses the one Secret.
+    single = render(stack_config(values, secrets=RW_KEYS))
+    assert [s["metadata"]["name"] for s in by_kind(single, "Secret")] == ["ddp-mnist-s3"]
+    assert single.outputs["s3ReadSecretName"] == "ddp-mnist-s3"
+
+
+@pytest.mark.parametrize(
+    ("secrets", "plain", "message"),
+    [
+        (
+            {**RW_KEYS, "minioReadAccessKey": "reader-key"},
+            {},
+            "config ddp-mnist:minioReadSecretKey=(unset) is invalid: must be set too: minioReadAccessKey and "
+            "minioReadSecretKey go together",
+        ),
+        (
+            READ_KEYS,
+            {},
+            "config ddp-mnist:minioReadAccessKey=[secret] is invalid: must be set only beside minioAccessKey "
+            "and minioSecretKey",
+        ),
+        (
+            {**RW_KEYS, **READ_KEYS},
+            {"createNamespace": False, "minioReadExistingSecret": "s3-reader"},
+            "config ddp-mnist:minioReadExistingSecret=s3-reader is invalid: must be empty when "
+            "minioReadAccessKey and minioReadSecretKey are set",
+        ),
+        (
+            RW_KEYS,
+            {"minioReadExistingSecret": "s3-reader"},
+            "config ddp-mnist:minioReadExistingSecret=s3-reader is invalid: must be empty when "
+            "createNamespace is true",
+        ),
+    ],
+)
+def test_a_half_or_doubled_read_only_pair_is_refused_with_the_key(secrets, plain, message):
+    from infra.program.checks import ConfigError
+    from infra.program.config import settings_from_raw
+
+    stack = stack_config({**BASE, "minioEndpoint": "minio.minio.svc:9000", **plain}, secrets=secrets)
+    with pytest.raises(ConfigError) as raised:
+        settings_from_raw(stack.values, set(stack.secret_keys))
+    assert str(raised.value).startswith(message)
+    for value in secrets.values():
+        assert value not in str(raised.value)

@@ -9,6 +9,7 @@ as a cluster's MinIO would be. Keys are made per run and reach the pods in place
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -50,14 +51,18 @@ class LocalS3:
     endpoint: str
     key_id: str
     secret: str
+    ca_bundle: str | None = None  # the CA of its TLS certificate, when it serves https
 
     def env(self) -> dict[str, str]:
-        """What pods get instead of the stack's endpoint and Secret."""
-        return {
+        """What pods get instead of the stack's endpoint and Secret (and its CA, over TLS)."""
+        env = {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": self.key_id,
             "AWS_SECRET_ACCESS_KEY": self.secret,
         }
+        if self.ca_bundle:
+            env["AWS_CA_BUNDLE"] = self.ca_bundle
+        return env
 
     def client(self, **config: Any) -> Any:
         """A boto3 S3 client for the stand-in (botocore `Config` options as keywords)."""
@@ -71,6 +76,7 @@ class LocalS3:
             aws_secret_access_key=self.secret,
             region_name="us-east-1",
             config=Config(**config),
+            verify=self.ca_bundle or True,
         )
 
 
@@ -124,12 +130,37 @@ START_TRIES = 3
 PORT_TAKEN = re.compile(rb"is not available on 127\.0\.0\.1 and cannot be used|address already in use")
 
 
-def _weed_command(weed: str, data_dir: Path) -> tuple[list[str], int]:
+@dataclass(frozen=True)
+class Options:
+    """How the stand-in serves: over TLS with `tls` (certificate and key files), and with `readers`, key
+    pairs allowed to read and list only (an S3 identities file; the main pair keeps every action)."""
+
+    tls: tuple[Path, Path] | None = None
+    readers: tuple[tuple[str, str], ...] = ()
+
+
+def identities_file(path: Path, key_id: str, secret: str, readers: tuple[tuple[str, str], ...]) -> Path:
+    """SeaweedFS's S3 identities (`-s3.config`): the main pair with every action, each reader Read/List."""
+
+    def identity(name: str, pair: tuple[str, str], actions: list[str]) -> dict[str, Any]:
+        return {
+            "name": name,
+            "credentials": [{"accessKey": pair[0], "secretKey": pair[1]}],
+            "actions": actions,
+        }
+
+    found = [identity("admin", (key_id, secret), ["Admin", "Read", "List", "Tagging", "Write"])]
+    found += [identity(f"reader-{i}", pair, ["Read", "List"]) for i, pair in enumerate(readers)]
+    path.write_text(json.dumps({"identities": found}))
+    return path
+
+
+def _weed_command(weed: str, data_dir: Path, extra: list[str]) -> tuple[list[str], int]:
     """`weed mini` on free loopback ports, and its S3 port."""
     s3_port = free_port()
     command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
     command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
-    return command + list(WEED_OFF), s3_port
+    return command + list(WEED_OFF) + extra, s3_port
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -142,16 +173,23 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _start_serving(
-    weed: str, data_dir: Path, env: dict[str, str], key_id: str, secret: str, log: BinaryIO
+    weed: str, data_dir: Path, env: dict[str, str], key_id: str, secret: str, log: BinaryIO, options: Options
 ) -> tuple[subprocess.Popen[bytes], LocalS3]:
     """A started `weed mini` once it serves S3, started again on new ports when one was taken."""
     log_path = data_dir / "weed.log"
+    extra = []
+    if options.tls:
+        extra += [f"-s3.cert.file={options.tls[0]}", f"-s3.key.file={options.tls[1]}"]
+    if options.readers:
+        extra.append(f"-s3.config={identities_file(data_dir / 's3.json', key_id, secret, options.readers)}")
+    scheme = "https" if options.tls else "http"
     for attempt in range(1, START_TRIES + 1):
-        command, s3_port = _weed_command(weed, data_dir)
+        command, s3_port = _weed_command(weed, data_dir, extra)
         log.flush()
         started_at = log_path.stat().st_size
         process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
-        server = LocalS3(f"http://127.0.0.1:{s3_port}", key_id, secret)
+        ca = str(options.tls[0]) if options.tls else None  # a self-signed certificate is its own CA
+        server = LocalS3(f"{scheme}://127.0.0.1:{s3_port}", key_id, secret, ca)
         try:
             _wait_until_answers(s3_port, process, deadline_s=60)
             _wait_until_serving(server, process, deadline_s=60)
@@ -171,7 +209,9 @@ def _logged_since(log_path: Path, offset: int) -> bytes:
 
 
 @contextmanager
-def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = None) -> Iterator[LocalS3]:
+def local_s3(
+    data_dir: Path, key_id: str | None = None, secret: str | None = None, options: Options | None = None
+) -> Iterator[LocalS3]:
     """A SeaweedFS S3 server on 127.0.0.1 over `data_dir`, checking the given (or fresh) keys."""
     weed = weed_binary()
     if weed is None:
@@ -184,7 +224,7 @@ def local_s3(data_dir: Path, key_id: str | None = None, secret: str | None = Non
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "TMPDIR": str(scratch)}
     with (data_dir / "weed.log").open("ab") as log:
-        process, server = _start_serving(weed, data_dir, env, key_id, secret, log)
+        process, server = _start_serving(weed, data_dir, env, key_id, secret, log, options or Options())
         try:
             yield server
         finally:

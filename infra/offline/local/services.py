@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from infra.offline.local.plan import PlanError
-from infra.offline.local.s3 import LocalS3Error, local_s3
+from infra.offline.local.s3 import LocalS3Error, Options, local_s3
 from infra.offline.manifest import Rendering
 from infra.offline.stackconfig import ROOT
 from infra.program.settings import Settings
@@ -40,12 +41,19 @@ def local_services(
         yield {}
         return
     try:
-        with local_s3(root / "s3") as s3:
+        tls = self_signed(root / "s3-tls") if settings.minio_tls else None
+        with local_s3(root / "s3", options=Options(tls=tls)) as s3:
             scheme = "https" if settings.minio_tls else "http"
+            trust = (
+                f", over TLS with a certificate made for this run (pods trust it through AWS_CA_BUNDLE in "
+                f"place of {'minioCaBundle' if settings.minio_ca_bundle else 'the public CAs'})"
+                if tls
+                else ""
+            )
             print(
                 f"[local] S3 endpoint {scheme}://{settings.minio_endpoint} is a local stand-in here: "
                 f"SeaweedFS at {s3.endpoint} (data in {root / 's3'}), with keys made for this run in place "
-                "of the stack's Secret",
+                f"of the stack's Secret{trust}",
                 file=out,
                 flush=True,
             )
@@ -54,6 +62,27 @@ def local_services(
             yield s3.env()
     except LocalS3Error as exc:
         raise PlanError(f"the stack's S3 endpoint needs a local stand-in: {exc}") from None
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made with openssl (the certificate is its own CA)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    certificate, key = directory / "tls.crt", directory / "tls.key"
+    if certificate.is_file() and key.is_file():
+        return certificate, key
+    if shutil.which("openssl") is None:
+        raise PlanError("the stack's S3 endpoint uses TLS (minioTls): its local stand-in needs openssl")
+    made = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30"]
+        + ["-keyout", str(key), "-out", str(certificate), "-subj", "/CN=127.0.0.1"]
+        + ["-addext", "subjectAltName=IP:127.0.0.1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        raise PlanError(f"could not make the local S3 stand-in's certificate: {made.stderr.strip()}")
+    return certificate, key
 
 
 def fill_bucket(settings: Settings, env: dict[str, str], out: TextIO) -> None:

@@ -34,6 +34,7 @@ CHECKS: tuple[Check, ...] = (
     job.resources,
     s3.object_store,
     s3.existing_secret,
+    s3.ca_bundle,
     operators.operator_source,
     job.scheduling,
     interconnect.interconnect,

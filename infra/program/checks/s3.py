@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 from infra.program.checks.errors import ConfigError
-from infra.program.settings import Settings
+from infra.program.settings import PROJECT_ROOT, Settings
 
 
 def object_store(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
@@ -56,3 +57,40 @@ def existing_secret(s: Settings, _: bool) -> Iterator[ConfigError]:
             "--secret and the stack creates the Secret, or set createNamespace false for a namespace "
             "prepared beforehand",
         )
+    if s.minio_read_existing_secret and s.create_namespace:
+        yield ConfigError(
+            "minioReadExistingSecret",
+            s.minio_read_existing_secret,
+            f"empty when createNamespace is true (the stack creates namespace {s.namespace}, so no Secret "
+            "can be in it before `pulumi up`): set minioReadAccessKey and minioReadSecretKey with --secret "
+            "instead",
+        )
+
+
+def ca_bundle(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """A CA bundle for a TLS endpoint, read now: a missing or malformed file stops the preview."""
+    if not s.minio_ca_bundle:
+        return
+    if not s.minio_tls:
+        yield ConfigError("minioCaBundle", s.minio_ca_bundle, "empty with minioTls false (no TLS to verify)")
+        return
+    text = ca_bundle_text(s)
+    if text is None:
+        yield ConfigError(
+            "minioCaBundle",
+            s.minio_ca_bundle,
+            f"a readable PEM file (absolute, or relative to {PROJECT_ROOT})",
+        )
+    elif "-----BEGIN CERTIFICATE-----" not in text:
+        yield ConfigError(
+            "minioCaBundle", s.minio_ca_bundle, "a PEM file holding -----BEGIN CERTIFICATE----- blocks"
+        )
+
+
+def ca_bundle_text(s: Settings) -> str | None:
+    """minioCaBundle's contents, or None when it cannot be read."""
+    path = Path(s.minio_ca_bundle)
+    try:
+        return (path if path.is_absolute() else PROJECT_ROOT / path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None

@@ -44,7 +44,12 @@ GPU_DEVICE_PLUGIN_IMAGE = (
 SECRET_KEYS = {
     "minioAccessKey": "S3/MinIO access key id; set with `pulumi config set --secret minioAccessKey`.",
     "minioSecretKey": "S3/MinIO secret access key; set with `pulumi config set --secret minioSecretKey`.",
+    "minioReadAccessKey": "A read-only S3 key id for the pods that only read (the seed Job, the model "
+    "server): the Secret ddp-mnist-s3-read; set with `pulumi config set --secret minioReadAccessKey`.",
+    "minioReadSecretKey": "Its secret access key; set with `pulumi config set --secret minioReadSecretKey`.",
 }
+# The key pairs that go together: (access key id, secret access key).
+KEY_PAIRS = (("minioAccessKey", "minioSecretKey"), ("minioReadAccessKey", "minioReadSecretKey"))
 
 
 def key(alias: str, default: Any, description: str, **constraints: Any) -> Any:

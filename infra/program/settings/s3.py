@@ -14,6 +14,14 @@ class S3Settings(SettingsGroup):
         "minioEndpoint", "", "S3/MinIO endpoint as host[:port]; empty when no object store is used."
     )
     minio_tls: bool = key("minioTls", True, "Reach the endpoint over https (true) or http (false).")
+    minio_ca_bundle: str = key(
+        "minioCaBundle",
+        "",
+        "With minioTls: a PEM file of the CA(s) that sign the endpoint's certificate (a private CA, e.g. "
+        "cert-manager's), absolute or relative to the directory of Pulumi.yaml. The stack puts it in the "
+        "ConfigMap ddp-mnist-s3-ca and every pod that reaches the store trusts it (AWS_CA_BUNDLE); empty: "
+        "the image's public CAs.",
+    )
     minio_bucket: str = key("minioBucket", "mnist", "Bucket holding the MNIST files.")
     minio_prefix: str = key(
         "minioPrefix",
@@ -37,6 +45,20 @@ class S3Settings(SettingsGroup):
         "namespace, instead of minioAccessKey/minioSecretKey; only with createNamespace false (the "
         "Secret must exist before the first `pulumi up`, so its namespace must too).",
     )
+
+    minio_read_existing_secret: str = key(
+        "minioReadExistingSecret",
+        "",
+        "Name of an existing Secret with a read-only key pair (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) for "
+        "the pods that only read: the seed Job and the model server; instead of "
+        "minioReadAccessKey/minioReadSecretKey, only with createNamespace false. Without either, they "
+        "use the training job's read/write keys.",
+    )
+
+    @field_validator("minio_read_existing_secret")
+    @classmethod
+    def _read_secret_dns_label(cls, value: str) -> str:
+        return optional_dns_label(value)
 
     @field_validator("minio_existing_secret")
     @classmethod
