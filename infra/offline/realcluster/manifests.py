@@ -180,7 +180,7 @@ def upstreams() -> tuple[Upstream, ...]:
         ),
         Upstream(
             "kubeflow-trainer",
-            "Kubeflow Trainer v2 (with JobSet)",
+            "Kubeflow Trainer",
             (TRAINER_MODULE, JOBSET_MODULE),
             "kubectl kustomize manifests/overlays/manager, third-party/jobset from "
             "kubectl kustomize config/default of the JobSet module (its release manifest)",
