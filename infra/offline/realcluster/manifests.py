@@ -43,7 +43,7 @@ import yaml
 
 from infra.offline.realcluster.build import EXIT_BUILD_FAILED, BuildError, go_env, go_version
 from infra.offline.realcluster.parts import PARTS
-from infra.program.vendored import INDEX, KUSTOMIZATION, MANIFESTS
+from infra.program.vendored import INDEX, KSERVE, KUSTOMIZATION, MANIFESTS, TRAINER, TRAINING_OPERATOR
 
 EXIT_DIFFERENT = 1
 KUSTOMIZATION_TEXT = """\
@@ -172,14 +172,14 @@ def upstreams() -> tuple[Upstream, ...]:
     kserve_version = KSERVE_MODULE.info()["version"]
     return (
         Upstream(
-            "training-operator",
+            TRAINING_OPERATOR,
             "Kubeflow training operator",
             (OPERATOR_MODULE,),
             "kubectl kustomize manifests/overlays/standalone",
             operator_files,
         ),
         Upstream(
-            "kubeflow-trainer",
+            TRAINER,
             "Kubeflow Trainer",
             (TRAINER_MODULE, JOBSET_MODULE),
             "kubectl kustomize manifests/overlays/manager, third-party/jobset from "
@@ -187,7 +187,7 @@ def upstreams() -> tuple[Upstream, ...]:
             trainer_files,
         ),
         Upstream(
-            "kserve",
+            KSERVE,
             "KServe",
             (KSERVE_MODULE,),
             f"install/{kserve_version}/kserve.yaml of the module, as it is (the release manifest)",
