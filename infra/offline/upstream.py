@@ -125,20 +125,24 @@ def digest(value: Any) -> str:
 
 def summarised(obj: dict[str, Any]) -> dict[str, Any]:
     """A CRD with each version's openAPIV3Schema as its digest; any other object as it is, but for
-    Secret values."""
-    import copy
-
-    shown = copy.deepcopy(obj)
-    if shown.get("kind") == CRD_KIND:
-        for version in shown.get("spec", {}).get("versions", []):
-            schema = version.get("schema") or {}
-            if "openAPIV3Schema" in schema:
-                schema["openAPIV3Schema"] = digest(schema["openAPIV3Schema"])
+    Secret values (a new dict: what it shares with `obj` it never changes)."""
+    shown = dict(obj)
+    if shown.get("kind") == CRD_KIND and isinstance(shown.get("spec"), dict):
+        spec = dict(shown["spec"])
+        spec["versions"] = [_schema_as_digest(version) for version in spec.get("versions", [])]
+        shown["spec"] = spec
     if shown.get("kind") == "Secret":
         for section in ("data", "stringData"):
             if isinstance(shown.get(section), dict):
                 shown[section] = {k: "[redacted]" for k in shown[section]}
     return shown
+
+
+def _schema_as_digest(version: dict[str, Any]) -> dict[str, Any]:
+    schema = version.get("schema") or {}
+    if "openAPIV3Schema" not in schema:
+        return version
+    return {**version, "schema": {**schema, "openAPIV3Schema": digest(schema["openAPIV3Schema"])}}
 
 
 def _comment(option: str, value: Any) -> str:
