@@ -17,6 +17,7 @@ TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1)
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env lock clean \
+	manifests manifests-check \
 	image image-push
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
@@ -119,6 +120,17 @@ image-push:
 
 golden: $(VENV)/.installed
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q
+
+# The platform's upstream manifests (the training operator, Kubeflow Trainer v2 with JobSet, KServe),
+# vendored in infra/manifests from the pinned Go modules of infra/offline/realcluster/parts/ with their
+# sha256 in infra/manifests/index.yaml. After raising a pin: `make manifests`, review the diff, then
+# `make golden`. `make manifests-check` compares without writing (exit 1 on a difference). Needs Go and
+# kubectl; never part of `test`, which checks the recorded sums.
+manifests: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster.manifests
+
+manifests-check: $(VENV)/.installed
+	$(VENV)/bin/python -m infra.offline.realcluster.manifests --check
 
 schema: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.program.schema

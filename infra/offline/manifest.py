@@ -11,6 +11,7 @@ import yaml
 from pulumi.runtime.mocks import MockMonitor
 
 from infra.offline.stackconfig import StackConfig
+from infra.offline.upstream import Install, install_yaml, installs, source_of
 from infra.program.settings import PROJECT, Settings
 
 if TYPE_CHECKING:
@@ -190,6 +191,12 @@ class Rendering:
         ]
         return sorted(found, key=lambda r: r.name)
 
+    @property
+    def upstream(self) -> list[Install]:
+        """The components applied from vendored manifests (infra/manifests), object by object as the
+        stack applies them (infra/offline/upstream.py)."""
+        return installs(self.external)
+
 
 def normalise(value: Any) -> Any:
     """Inputs as a manifest: secrets redacted, integral floats as ints, unset fields dropped."""
@@ -294,7 +301,12 @@ def to_yaml(rendering: Rendering) -> str:
         f"# Stack '{rendering.stack}': every object `pulumi up` creates, rendered offline.",
         "# Secret values are redacted.",
     ]
+    upstream = rendering.upstream
+    vendored = {install.registration.name: install.vendored for install in upstream}
     for reg in rendering.external:
+        source = source_of(reg)
+        if reg.name in vendored:
+            source = f"{vendored[reg.name].shown} (vendored {vendored[reg.name].version}, objects below)"
         if reg.type.startswith("kubernetes:helm.sh"):
             header.append(f"# Also applied (Helm chart, server-side): {reg.inputs.get('chart')}")
             header.append(
@@ -303,13 +315,13 @@ def to_yaml(rendering: Rendering) -> str:
             )
             continue
         if reg.type.startswith("kubernetes:yaml"):
-            header.append(f"# Also applied (manifest, server-side): {reg.inputs.get('file')}")
+            header.append(f"# Also applied (manifest, server-side): {source}")
             header.append(
                 "#   its CRDs kept on destroy, its default deployment mode Standard "
                 "(see infra/program/kserve.py)"
             )
             continue
-        header.append(f"# Also applied (kustomize, server-side): {reg.inputs.get('directory')}")
+        header.append(f"# Also applied (kustomize, server-side): {source}")
         if reg.transforms and reg.parent == "trainer-v2":
             header.append(
                 "#   its CRDs kept on destroy, its controllers' images as configured by this stack "
@@ -330,4 +342,4 @@ def to_yaml(rendering: Rendering) -> str:
     body = yaml.safe_dump_all(
         rendering.objects, sort_keys=True, default_flow_style=False, explicit_start=True, width=120
     )
-    return "\n".join(header) + "\n" + body
+    return "\n".join(header) + "\n" + body + "".join(install_yaml(install) for install in upstream)

@@ -6,8 +6,9 @@ the controllers then create from them (`<stack>.effective.yaml`, see `infra.offl
 prints a preview-like table. `--validate` checks the objects against the upstream schemas and the
 effective pods against the namespace's admission (Pod Security, LimitRange, ResourceQuota).
 
-Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a missing --crd file, a
---crd-dir without the Trainer v2 and JobSet CRDs, or an unwritable --out (nothing written); 3 a
+Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a vendored manifest that is not
+the one infra/manifests/index.yaml records, a missing --crd file, a --crd-dir without the Trainer v2 and
+JobSet CRDs, or an unwritable --out (nothing written); 3 a
 rendered object failed schema validation, or an effective pod would be refused by the API server (one
 line each; nothing written).
 """
@@ -200,11 +201,15 @@ def _effective_pod_facts(view: ClusterView) -> list[tuple[str, str, str]]:
 
 def summary(rendering: Rendering, view: ClusterView) -> str:
     rows = [(o["kind"], o["metadata"]["name"], describe(o)) for o in rendering.objects]
+    vendored = {i.registration.name: i for i in rendering.upstream}
     rows += [
         (
             r.type.split(":")[1].split("/")[0],
             r.name,
-            f"source={r.inputs.get('directory') or r.inputs.get('file') or r.inputs.get('chart')}",
+            f"source={vendored[r.name].vendored.shown} (vendored {vendored[r.name].vendored.version}, "
+            f"{len(vendored[r.name].objects)} objects)"
+            if r.name in vendored
+            else f"source={r.inputs.get('directory') or r.inputs.get('file') or r.inputs.get('chart')}",
         )
         for r in rendering.external
     ]
@@ -323,6 +328,7 @@ def write_atomic(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     from infra.program.checks import ConfigError
     from infra.program.platform import PlatformMismatch
+    from infra.program.vendored import ManifestMismatch
 
     parser = argparse.ArgumentParser(
         prog="python -m infra.offline.render", description=__doc__.split("\n\n")[0]
@@ -357,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         rendering = render(load_stack(args.stack))
-    except (ConfigError, PlatformMismatch, StackNotFound) as exc:
+    except (ConfigError, PlatformMismatch, StackNotFound, ManifestMismatch) as exc:
         print(f"render: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     view = cluster_view(rendering.objects, rendering.settings)

@@ -1,8 +1,12 @@
-"""KServe, installed from its pinned release manifest or a mirror of it (`kserveSource`), or assumed
-present (`kservePresent`).
+"""KServe, installed from its vendored release manifest or another copy of it (`kserveSource`), or
+assumed present (`kservePresent`).
 
-Upstream (kserve/kserve, tag v0.20.0) publishes `kserve.yaml` with each release
-(`hack/release/generate-install.sh`: `kustomize build config/overlays/all` without its Namespace): the
+Upstream (kserve/kserve, tag v0.20.0) publishes `kserve.yaml` with each release, and commits it with the
+tag as `install/v0.20.0/kserve.yaml` (`hack/release/generate-install.sh`: `kustomize build
+config/overlays/all` without its Namespace, `:latest` images set to the tag). By default the component
+applies that file vendored from the pinned module (`infra/manifests/kserve/kserve.yaml`, checked by its
+sha256 before it is applied: `infra/program/vendored.py`), as the yaml/v2 ConfigFile `kserve-manifests`
+(the objects keep their Pulumi names whichever source a stack used before). The manifest holds the
 CRDs (`serving.kserve.io` InferenceService, ServingRuntime, ...), the controller manager, its webhooks
 and the ConfigMap `inferenceservice-config`, all in namespace `kserve`, which the manifest leaves out and
 this component creates. The webhooks' serving certificate is a cert-manager `Certificate` signed by a
@@ -27,17 +31,17 @@ import pulumi_kubernetes as k8s
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, Settings
 from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
+from infra.program.vendored import KSERVE, vendored
 
-RELEASE = "https://github.com/kserve/kserve/releases/download/{version}/kserve.yaml"
 NAMESPACE = "kserve"
 CONFIG_MAP = "inferenceservice-config"
 CONFIG_MAP_TYPE = "kubernetes:core/v1:ConfigMap"
 
 
 def kserve_source(settings: Settings) -> str:
-    """The mirror's manifest (a relative local path made absolute, as for the kustomize sources), else
-    the release manifest at the pinned tag."""
-    return kustomize_source(settings.kserve_source) or RELEASE.format(version=settings.kserve_version)
+    """The override's manifest (a relative local path made absolute, as for the kustomize sources), else
+    the vendored release manifest (checked)."""
+    return kustomize_source(settings.kserve_source) or vendored(KSERVE).verified()
 
 
 def standard_mode(props: dict[str, Any]) -> dict[str, Any]:

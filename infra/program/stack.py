@@ -276,14 +276,17 @@ def build(
 
 
 def main() -> None:
-    """The Pulumi program: bad config stops it with one line, before any resource is registered; so
-    does a job stack that its platform stack (`platformStack`) contradicts."""
+    """The Pulumi program: bad config stops it with one line, before any resource is registered; so do a
+    vendored manifest that is not the one infra/manifests/index.yaml records, and a job stack that its
+    platform stack (`platformStack`) contradicts."""
+    from infra.program import vendored
     from infra.program.checks import ConfigError
     from infra.program.config import load_settings
 
     try:
         settings, credentials = load_settings()
-    except ConfigError as exc:
+        vendored.check(settings)
+    except (ConfigError, vendored.ManifestMismatch) as exc:
         raise pulumi.RunError(str(exc)) from None
     if not settings.platform_stack:
         _export(build(settings, credentials, live_watch(settings)))

@@ -1,4 +1,4 @@
-"""Kubeflow Trainer v2, installed from its pinned upstream overlay (or assumed present).
+"""Kubeflow Trainer v2, installed from its vendored overlay build (or assumed present).
 
 Upstream (kubeflow/trainer, tag v2.3.0) `manifests/overlays/manager/kustomization.yaml`: namespace
 `kubeflow-system`; the CRDs `trainer.kubeflow.org` TrainJob, TrainingRuntime and ClusterTrainingRuntime
@@ -8,8 +8,13 @@ Upstream (kubeflow/trainer, tag v2.3.0) `manifests/overlays/manager/kustomizatio
 release manifests (`https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml`:
 the `jobsets.jobset.x-k8s.io` CRD and the Deployment `jobset-controller-manager`, container `manager`,
 image rewritten to `registry.k8s.io/jobset/jobset:v0.12.0`). Those two are every image it pulls, so
-`trainerImage` and `trainerJobSetImage` cover a mirror; `trainerSource` points at a mirrored copy of the
-overlay (which must vendor JobSet's manifests too: upstream's refers to GitHub's release download).
+`trainerImage` and `trainerJobSetImage` cover a mirror.
+
+By default the component applies `infra/manifests/kubeflow-trainer`: that overlay built from the pinned
+module, with JobSet's release manifest built from the pinned JobSet module instead of GitHub's release
+download, checked by its sha256 before it is applied (`infra/program/vendored.py`); `trainerSource`
+names another kustomize source. Either way it is the kustomize Directory `trainer-v2-manifests`, so the
+objects keep their Pulumi names whichever source a stack used before.
 
 As with the training operator (`infra/program/training_operator.py`) the provider applies it
 server-side by default (upstream's instructions say `kubectl apply --server-side -k`), and a transform
@@ -26,8 +31,8 @@ import pulumi
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, Settings
 from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
+from infra.program.vendored import TRAINER, vendored
 
-UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/manager"
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
 JOBSET_DEPLOYMENT = "jobset-controller-manager"
 MANAGER_CONTAINER = "manager"  # the container of both Deployments
@@ -35,8 +40,8 @@ DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 
 
 def trainer_source(settings: Settings) -> str:
-    """Where Trainer v2's manifests come from: the override, else upstream at the pinned tag."""
-    return kustomize_source(settings.trainer_source) or f"{UPSTREAM}?ref={settings.trainer_version}"
+    """Where Trainer v2's manifests come from: the override, else the vendored build (checked)."""
+    return kustomize_source(settings.trainer_source) or vendored(TRAINER).verified()
 
 
 def mirrored_images(settings: Settings) -> dict[str, str]:

@@ -1,5 +1,12 @@
-"""The Kubeflow training operator, installed from a pinned kustomize overlay (or assumed present, or
+"""The Kubeflow training operator, installed from its vendored overlay build (or assumed present, or
 patched in place: operator_patch.py).
+
+By default the component applies `infra/manifests/training-operator`: upstream's
+`manifests/overlays/standalone` at the pinned version, built from the pinned module and checked by its
+sha256 before it is applied (`infra/program/vendored.py`); `operatorSource` names another kustomize
+source instead. Either way it is a kustomize Directory named `training-operator-manifests`, so its
+children keep their names (`training-operator-manifests:<namespace>/<name>`) and a stack that installed
+the operator from upstream's git URL updates nothing but the Directory's `directory` input.
 
 Upstream v1.9.4 appends an init container `init-pytorch` to every PyTorchJob Worker pod
 (`pkg/controller.v1/pytorch/initcontainer.go`): image `alpine:3.10` by tag, no securityContext, so a
@@ -25,8 +32,8 @@ import pulumi
 
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
+from infra.program.vendored import TRAINING_OPERATOR, vendored
 
-UPSTREAM = "https://github.com/kubeflow/trainer.git//manifests/overlays/standalone"
 OPERATOR_DEPLOYMENT = "training-operator"  # name of the Deployment and of its container upstream
 TEMPLATE_ANNOTATION = f"{PROJECT}.io/pytorch-init-container-template"
 TEMPLATE_DIR = "/etc/config"
@@ -96,8 +103,8 @@ def kustomize_source(source: str) -> str:
 
 
 def operator_source(settings: Settings) -> str:
-    """Where the operator's manifests come from: the override, else upstream at the pinned tag."""
-    return kustomize_source(settings.operator_source) or f"{UPSTREAM}?ref={settings.operator_version}"
+    """Where the operator's manifests come from: the override, else the vendored build (checked)."""
+    return kustomize_source(settings.operator_source) or vendored(TRAINING_OPERATOR).verified()
 
 
 TEMPLATE_VOLUME = "pytorch-init-container-template"

@@ -3,7 +3,9 @@ and the KWOK failure stages they set.
 
 The job stacks are the `make e2e` tier's (tests/e2e/stacks.py: the dev stack's twin as a job stack),
 with an image pinned by a digest nothing pulls (pods run no process under KWOK), and the platform stack
-takes the operator's overlay from the training-operator module the tier built: nothing is downloaded.
+first takes the operator's overlay from the training-operator module the tier built (as a stack that
+installed it from upstream's git URL did; scenario 23 moves it to the vendored default, infra/manifests),
+Trainer v2 and KServe from infra/manifests: nothing is downloaded.
 """
 
 from __future__ import annotations

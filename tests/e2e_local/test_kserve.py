@@ -1,5 +1,5 @@
 """KServe, with the real engine, API server, controllers and KServe v0.20.0's controller (its release
-manifest built from the pinned module: the mirror `kserveSource` takes); cert-manager's API is real,
+manifest vendored in infra/manifests, the stack's default); cert-manager's API is real,
 its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py):
 
 13. the platform stack, updated with `kserveInstall`, applies KServe's manifest and replaces nothing;
@@ -25,7 +25,6 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster import sources
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
 from tests.e2e.project import Backend, set_config
@@ -39,11 +38,8 @@ SLOW_LOAD_S = 20
 
 
 @pytest.fixture(scope="module")
-def with_kserve(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    manifest = sources.kserve_manifest(tmp_path_factory.mktemp("kserve"))
-    result = scenario.update_platform(
-        platform, {"ddp-mnist:kserveInstall": "true", "ddp-mnist:kserveSource": str(manifest)}
-    )
+def with_kserve(platform: dict) -> dict:
+    result = scenario.update_platform(platform, {"ddp-mnist:kserveInstall": "true"})
     return {"result": result}
 
 

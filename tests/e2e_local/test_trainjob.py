@@ -1,6 +1,5 @@
 """Kubeflow Trainer v2, with the real engine, API server, Job controller, JobSet v0.12.0 and Trainer
-v2.3.0 (their manifests from the pinned modules: the mirror `trainerSource` documents, see
-infra/offline/realcluster/sources.py):
+v2.3.0 (their manifests vendored in infra/manifests, the stack's default):
 
 11. the platform stack, updated to gke-platform's shape, installs Trainer v2 with JobSet next to the
     training operator, replacing nothing; its smoke check passes;
@@ -20,7 +19,6 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster import sources
 from infra.offline.stackconfig import ROOT
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
@@ -37,16 +35,10 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 @pytest.fixture(scope="module")
-def platform_v2(platform: dict, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def platform_v2(platform: dict) -> dict:
     """The session's platform stack updated to gke-platform's shape: Trainer v2 next to the operator."""
-    overlay = sources.trainer_overlay(tmp_path_factory.mktemp("sources"))
     result = scenario.update_platform(
-        platform,
-        {
-            "ddp-mnist:trainerInstall": "true",
-            "ddp-mnist:allowBothOperators": "true",
-            "ddp-mnist:trainerSource": str(overlay),
-        },
+        platform, {"ddp-mnist:trainerInstall": "true", "ddp-mnist:allowBothOperators": "true"}
     )
     return {"outputs": scenario.outputs(result), "result": result}
 
@@ -106,18 +98,16 @@ def test_19_the_policy_pack_passes_the_platform_stack_in_gke_platforms_shape(
     platform: dict, platform_v2: dict, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     if platform["config"].get("ddp-mnist:kserveInstall") != "true":  # this module run alone
-        manifest = sources.kserve_manifest(tmp_path_factory.mktemp("kserve"))
-        extra = {"ddp-mnist:kserveInstall": "true", "ddp-mnist:kserveSource": str(manifest)}
-        scenario.update_platform(platform, extra)
+        scenario.update_platform(platform, {"ddp-mnist:kserveInstall": "true"})
     stack: auto.Stack = platform["stack"]
     said: list[str] = []
     stack.preview(on_output=said.append, policy_packs=[str(ROOT / "policy")])
     assert "ddp-mnist-guardrails" in "".join(said), "".join(said)[-3000:]
-    # The same pack with nothing excluded sees KServe's own workloads and refuses them.
+    # The same pack with nothing excluded sees KServe's own workloads and refuses them (the release
+    # manifest's controller has a container without requests and limits).
     strict = tmp_path_factory.mktemp("policy") / "strict.json"
-    strict.write_text('{"images-pinned": {"excludeNamespaces": []}}')
+    strict.write_text('{"requests-and-limits-set": {"excludeNamespaces": []}}')
     with pytest.raises(auto.CommandError) as refused:
         stack.preview(on_output=print, policy_packs=[str(ROOT / "policy")], policy_pack_configs=[str(strict)])
-    assert "images-pinned" in str(refused.value) and "kserve" in str(refused.value), str(refused.value)[
-        -3000:
-    ]
+    assert "requests-and-limits-set" in str(refused.value), str(refused.value)[-3000:]
+    assert "kserve-controller-manager" in str(refused.value), str(refused.value)[-3000:]

@@ -3,12 +3,14 @@ network plugins as they are, Kueue. Each test reads the registration options Pul
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 import pytest
 
 from infra.offline.manifest import render
 from infra.offline.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
-from infra.offline.stackconfig import load_stack
+from infra.offline.stackconfig import ROOT, load_stack
 from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
 
 JOB_TYPES = {"pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob", "indexed-job": "kubernetes:batch/v1:Job"}
@@ -48,9 +50,13 @@ def test_reattach_adopts_the_retained_namespace_and_claim():
 # What each platform stack installs: the operator v1 overlay, and on GKE Trainer v2's too.
 COMPONENT = "app.kubernetes.io/component"
 PLATFORM_INSTALLS = {
-    "aks-platform": ["standalone?ref=v1.9.4"],
+    "aks-platform": ["infra/manifests/training-operator"],
     "eks-platform": [],
-    "gke-platform": ["kserve.yaml", "manager?ref=v2.3.0", "standalone?ref=v1.9.4"],
+    "gke-platform": [
+        "infra/manifests/kserve/kserve.yaml",
+        "infra/manifests/kubeflow-trainer",
+        "infra/manifests/training-operator",
+    ],
 }
 
 
@@ -97,7 +103,7 @@ def test_a_platform_stack_installs_only_the_operators_their_smoke_check_and_the_
         if o["kind"] not in ("Namespace", "PriorityClass")  # cluster-scoped
     } <= {"ddp-mnist-smoke", "kube-system"}  # the device plugin's, upstream's namespace
     sources = sorted(
-        (r.inputs.get("directory") or r.inputs["file"]).rsplit("/", 1)[-1] for r in rendering.external
+        str(Path(r.inputs.get("directory") or r.inputs["file"]).relative_to(ROOT)) for r in rendering.external
     )
     assert sources == PLATFORM_INSTALLS[name]
     assert rendering.outputs["stackRole"] == "platform"

@@ -139,7 +139,11 @@ def test_a_declaration_at_its_default_is_no_declaration():
         ),
         (
             {"jobKind": "trainjob", "jobQueueName": "team", "jobClusterQueue": "gpu"},
-            {"trainerInstall": True, "trainerVersion": "v2.1.0"},
+            {
+                "trainerInstall": True,
+                "trainerVersion": "v2.1.0",
+                "trainerSource": "/srv/mirror/trainer-v2.1.0/manifests/overlays/manager",
+            },
             "Trainer v2.1.0: Kueue manages TrainJobs from Trainer v2.2.0",
         ),
     ],

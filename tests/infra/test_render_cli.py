@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,44 @@ def test_a_job_stack_its_platform_stack_contradicts_exits_2_with_one_line(tmp_pa
         "(remove kservePresent from stack team: it comes from the platform stack)\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_vendored_manifest_not_as_recorded_exits_2_with_one_line(tmp_path):
+    """A patch slipped into the vendored operator's kustomization (not made by `make manifests`)."""
+    copy = shutil.copytree(ROOT / "infra" / "manifests", tmp_path / "manifests")
+    kustomization = copy / "training-operator" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text() + "patches:\n  - path: /tmp/anything.yaml\n")
+    code = (
+        "import sys, infra.program.vendored as v, infra.offline.render as r; from pathlib import Path; "
+        f"v.MANIFESTS = Path({str(copy)!r}); "
+        f"sys.exit(r.main(['--stack', 'aks-platform', '--out', {str(tmp_path / 'out')!r}]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "render: vendored Kubeflow training operator v1.9.4: "
+        "infra/manifests/training-operator/kustomization.yaml: sha256 "
+    )
+    assert line.endswith("(regenerate it with `make manifests`, or restore it from git)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_summary_names_each_vendored_install_and_its_objects(tmp_path):
+    result = _render("--stack", "gke-platform", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert (
+        "kustomize training-operator-manifests source=infra/manifests/training-operator (vendored v1.9.4, 14 objects)"
+        in rows
+    )
+    assert (
+        "kustomize trainer-v2-manifests source=infra/manifests/kubeflow-trainer (vendored v2.3.0, 35 objects)"
+        in rows
+    )
+    assert (
+        "yaml kserve-manifests source=infra/manifests/kserve/kserve.yaml (vendored v0.20.0, 61 objects)"
+        in rows
+    )

@@ -8,6 +8,7 @@ from infra.offline.cluster import cluster_view
 from infra.offline.manifest import render
 from infra.offline.podenv import container_env, node_argv
 from infra.offline.stackconfig import load_stack
+from infra.program.vendored import MANIFESTS
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
@@ -377,7 +378,7 @@ def test_single_node_job_has_no_workers():
 def test_operator_install_is_pinned_and_optional():
     rendering = render_config({})
     (install,) = rendering.external
-    assert install.inputs["directory"].endswith("manifests/overlays/standalone?ref=v1.9.4")
+    assert install.inputs["directory"] == str(MANIFESTS / "training-operator")  # vendored, checked by sha256
     assert render_config({"operatorInstall": False, "operatorInitContainerRestricted": True}).external == []
 
 

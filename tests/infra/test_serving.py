@@ -20,6 +20,7 @@ from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.kserve import CONFIG_MAP, standard_mode
 from infra.program.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.training_operator import CRD_TYPE
+from infra.program.vendored import MANIFESTS
 from policy import guardrails as g
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
 
@@ -385,7 +386,7 @@ def test_a_mirrored_kserve_manifest_is_what_the_platform_stack_applies(source, f
 def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode():
     rendering = render_config({"stackRole": "platform", "kserveInstall": True, "operatorInstall": False})
     (manifest,) = rendering.external
-    assert manifest.inputs["file"] == "https://github.com/kserve/kserve/releases/download/v0.20.0/kserve.yaml"
+    assert manifest.inputs["file"] == str(MANIFESTS / "kserve" / "kserve.yaml")
     found = [(o["kind"], o["metadata"]["name"]) for o in rendering.objects]
     # ...and the Pod Security label guard every platform stack has by default (podSecurityLabelGuard).
     assert [f for f in found if not f[1].startswith("ddp-mnist-pod-security")] == [("Namespace", "kserve")]

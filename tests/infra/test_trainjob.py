@@ -19,6 +19,7 @@ from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
 from infra.program.jobs import job_outcome
 from infra.program.trainjob import RESERVED_ENV
+from infra.program.vendored import MANIFESTS
 from tests.infra.conftest import BASE, one, render_config, stack_config
 
 # A stack of kind "all" that runs a TrainJob: Trainer v2 installed here, the v1 operator not.
@@ -345,11 +346,9 @@ def _apply(transform, type_: str, props: dict):
     return transform(args)
 
 
-def test_trainer_v2_is_installed_from_its_pinned_manager_overlay_and_keeps_its_crds():
+def test_trainer_v2_is_installed_from_its_vendored_manager_overlay_and_keeps_its_crds():
     install = _install(_trainjob())
-    assert install.inputs["directory"] == (
-        "https://github.com/kubeflow/trainer.git//manifests/overlays/manager?ref=v2.3.0"
-    )
+    assert install.inputs["directory"] == str(MANIFESTS / "kubeflow-trainer")
     (transform,) = install.transforms
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -395,7 +394,7 @@ def test_a_platform_stack_may_install_trainer_v2_alone_and_a_job_stack_assumes_i
         if o["kind"] != "ValidatingAdmissionPolicy"
         and not o["metadata"]["name"].startswith("ddp-mnist-pod-security")
     ] == []
-    assert platform.outputs["trainerSource"].endswith("manager?ref=v2.3.0")
+    assert platform.outputs["trainerSource"] == str(MANIFESTS / "kubeflow-trainer")
     job = render(load_stack("gke-trainjob"))
     assert job.external == []
     assert {o["kind"] for o in job.objects} >= {"TrainJob", "TrainingRuntime"}

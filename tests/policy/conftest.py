@@ -10,6 +10,7 @@ from typing import Any
 
 from infra.offline.manifest import Rendering, render
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
+from infra.offline.upstream import summarised
 from infra.program.settings import PROJECT
 from tests.infra.conftest import JOB_STACKS, is_training_job
 
@@ -48,15 +49,35 @@ def resources_of(rendering: Rendering) -> list[tuple[str, dict[str, Any]]]:
             meta = r.inputs.get("metadata") or {}
             key = (r.inputs["kind"], meta.get("namespace"), meta.get("name"))
             urns[key] = f"urn:pulumi:{rendering.stack}::{PROJECT}::{qualified_type(r)}::{r.name}"
-    return [
+    own = [
         (urns[(o["kind"], o["metadata"].get("namespace"), o["metadata"].get("name"))], copy.deepcopy(o))
         for o in rendering.objects
     ]
+    # What the stack applies from the vendored upstream manifests: children of the kustomize Directory
+    # or yaml/v2 ConfigFile, under the component that made it (infra/offline/upstream.py). CRDs as the
+    # goldens show them, their schemas as digests: the pack reads no schema, and proxying 14 MB of them
+    # through every policy takes half a minute (the local tier's scenario 19 feeds them whole).
+    upstream = [
+        (
+            f"urn:pulumi:{rendering.stack}::{PROJECT}::{qualified_type(install.registration)}${item.type}"
+            f"::{item.name}",
+            summarised(item.obj),
+        )
+        for install in rendering.upstream
+        for item in install.objects
+    ]
+    return own + upstream
+
+
+@functools.cache
+def _resources(stack: str) -> tuple[tuple[str, dict[str, Any]], ...]:
+    return tuple(resources_of(_rendering(stack)))
 
 
 def stack_resources(stack: str) -> list[tuple[str, dict[str, Any]]]:
-    """A stack's (URN, object) pairs, the objects fresh deep copies."""
-    return resources_of(_rendering(stack))
+    """A stack's (URN, object) pairs, its own objects and those it applies from the vendored upstream
+    manifests, the objects fresh deep copies."""
+    return [(urn, copy.deepcopy(obj)) for urn, obj in _resources(stack)]
 
 
 def stack_objects(stack: str) -> list[dict[str, Any]]:

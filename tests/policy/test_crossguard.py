@@ -350,3 +350,30 @@ def test_the_pack_serves_the_analyzer_protocol():
     finally:
         server.kill()
         server.wait(timeout=30)
+
+
+def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_refused_without_them():
+    """gke-platform applies the training operator, Trainer v2 with JobSet and KServe from the vendored
+    manifests (their objects under the kustomize Directory and yaml/v2 ConfigFile, platformComponents):
+    the pack passes them in excludeNamespaces, and with nothing excluded refuses what
+    policy/crossguard.py says upstream's manifests hold."""
+    resources = stack_resources("gke-platform")
+    upstream = [(urn, obj) for urn, obj in resources if "-manifests:" in urn.rsplit("::", 1)[-1]]
+    assert len(upstream) == 14 + 35 + 61
+    assert _reported(upstream, stack="gke-platform") == []
+    nothing_excluded = {"excludeNamespaces": []}
+    found = sorted(
+        (policy, message.split(":", 1)[0])
+        for policy, message in _reported(upstream, config=nothing_excluded, stack="gke-platform")
+    )
+    assert found == [
+        ("pod-security-restricted", "DaemonSet kserve-localmodelnode-agent"),  # a hostPath volume
+        # runAsNonRoot, seccompProfile and capabilities unset
+        ("pod-security-restricted", "Deployment training-operator"),
+        ("pod-security-restricted", "Deployment training-operator"),
+        ("pod-security-restricted", "Deployment training-operator"),
+        ("requests-and-limits-set", "Deployment kserve-controller-manager"),
+        ("requests-and-limits-set", "Deployment kubeflow-trainer-controller-manager"),
+        ("requests-and-limits-set", "Deployment training-operator"),
+        ("workloads-understood", "ClusterStorageContainer default"),
+    ]

@@ -185,7 +185,7 @@ def test_an_unknown_command_is_a_usage_error():
 def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
     from infra.offline.realcluster.rehearse import rehearsal_config
 
-    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"], None)
+    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"])
     assert config["ddp-mnist:minioAccessKey"].value == "a" and config["ddp-mnist:minioAccessKey"].secret
     assert config["ddp-mnist:minioBucket"].value == "other" and not config["ddp-mnist:minioBucket"].secret
     assert config["ddp-mnist:namespace"].value == load_stack("dev").values["ddp-mnist:namespace"]
@@ -327,3 +327,16 @@ def test_a_stand_in_sees_its_own_tmp_and_service_account_even_with_its_state_und
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.split() == ["kubeflow-system", "k8s-webhook-server", "/tmp"]
     assert (tmp_path / "pod").exists()  # the host's /tmp is untouched outside the namespace
+
+
+def test_local_sources_take_the_csi_chart_from_the_kept_archive_and_leave_the_vendored_manifests():
+    """The platform's manifests need no flag (infra/manifests); a prerequisites stack's chart does."""
+    from infra.offline.realcluster.rehearse import rehearsal_config
+    from infra.offline.realcluster.sources import csi_driver_nfs_chart
+
+    prerequisites, _ = rehearsal_config("dev-prereqs", [], local_sources=True)
+    assert prerequisites["ddp-mnist:nfsCsiChart"].value == str(csi_driver_nfs_chart())
+    platform, _ = rehearsal_config("gke-platform", [], local_sources=True)
+    assert not {"operatorSource", "trainerSource", "kserveSource", "nfsCsiChart"} & {
+        key.split(":", 1)[1] for key in platform
+    }

@@ -8,9 +8,10 @@ quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
 The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is, in a file backend of the cluster's own
 (`<state>/pulumi`), never your real backend. Values stored encrypted (`secure:`) cannot be read here:
 each becomes a placeholder secret, named in one line; `--set` gives a key a value instead (the S3 keys
-are set as secrets). `--local-sources` installs the training operator, Trainer v2 (with JobSet) and
-KServe from their pinned modules (the tier's build, infra/offline/realcluster/sources.py) instead of
-their Git sources and release downloads, for a machine without access to GitHub. Pods run no process
+are set as secrets). The training operator, Trainer v2 (with JobSet) and KServe come from their vendored
+manifests (infra/manifests) as on any cluster; `--local-sources` also takes csi-driver-nfs's chart (a
+prerequisites stack's `nfsCsiChart`) from the archive the tier keeps (infra/offline/realcluster/
+sources.py) instead of GitHub, for a machine without access to GitHub. Pods run no process
 (KWOK completes them), so a rehearsal proves what the engine, the API server and the controllers do
 with the stack, not the training itself (`make run` proves that).
 
@@ -113,7 +114,7 @@ def environment(state: State) -> dict[str, str]:
 
 
 def rehearsal_config(
-    name: str, overrides: list[str], local_sources: Path | None
+    name: str, overrides: list[str], local_sources: bool = False
 ) -> tuple[dict[str, auto.ConfigValue], list[str]]:
     """The stack's config for the rehearsal, and the keys whose encrypted values became placeholders."""
     stack = load_stack(name)
@@ -133,10 +134,10 @@ def rehearsal_config(
         config[full] = auto.ConfigValue(value, secret=full.split(":", 1)[1] in SECRET_KEYS)
         if full in placeholders:
             placeholders.remove(full)
-    if local_sources is not None:
-        config[f"{PROJECT}:operatorSource"] = auto.ConfigValue(str(sources.operator_overlay()))
-        config[f"{PROJECT}:trainerSource"] = auto.ConfigValue(str(sources.trainer_overlay(local_sources)))
-        config[f"{PROJECT}:kserveSource"] = auto.ConfigValue(str(sources.kserve_manifest(local_sources)))
+    role = config.get(f"{PROJECT}:stackRole")
+    chart = f"{PROJECT}:nfsCsiChart"
+    if local_sources and role is not None and role.value == "prerequisites" and chart not in config:
+        config[chart] = auto.ConfigValue(str(sources.csi_driver_nfs_chart()))
     return config, placeholders
 
 
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--local-sources",
         action="store_true",
-        help="install the operators from their pinned modules (no GitHub)",
+        help="take csi-driver-nfs's chart from the tier's archive (no GitHub; the operators' manifests "
+        "are vendored)",
     )
     parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE, help=f"the cluster's state (default {DEFAULT_STATE})"
@@ -167,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_NOT_RUNNING
     try:
-        local = state.directory / "sources" if args.local_sources else None
-        config, placeholders = rehearsal_config(args.stack, args.set, local)
+        config, placeholders = rehearsal_config(args.stack, args.set, args.local_sources)
         env = environment(state)
     except (StackNotFound, ValueError, ClusterError) as error:
         print(f"rehearse: {error}", file=sys.stderr)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
 from infra.program.settings import SMOKE_NAMESPACE, Settings
+from infra.program.vendored import TRAINING_OPERATOR, vendored
 
 
 def unpinned_source(key: str, source: str) -> list[ConfigError]:
@@ -27,8 +28,31 @@ def unpinned_source(key: str, source: str) -> list[ConfigError]:
     ]
 
 
+def unvendored_version(
+    key: str, version: str, source_key: str, source: str, component: str
+) -> list[ConfigError]:
+    """Without a source of its own, a component installs the vendored manifests (infra/manifests), so
+    its version key must name the version vendored there (a helper of the source rules)."""
+    found = vendored(component)
+    if source or version == found.version:
+        return []
+    return [
+        ConfigError(
+            key,
+            version,
+            f"{found.version}, the version vendored in {found.shown}, unless {source_key} names the "
+            f"manifests of {version}; to upgrade, raise the pin and vendor it again (`make manifests`, "
+            "infra/manifests/README.md)",
+        )
+    ]
+
+
 def operator_source(s: Settings, _: bool) -> Iterator[ConfigError]:
     yield from unpinned_source("operatorSource", s.operator_source)
+    if s.operator_install:
+        yield from unvendored_version(
+            "operatorVersion", s.operator_version, "operatorSource", s.operator_source, TRAINING_OPERATOR
+        )
 
 
 def operator_init_container(s: Settings, _: bool) -> Iterator[ConfigError]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
+from infra.program.checks.operators import unvendored_version
 from infra.program.settings import Settings, parse_quantity
+from infra.program.vendored import KSERVE
 
 
 def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
@@ -25,6 +27,8 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
             source,
             "a local file (/..., ./..., ../...) or an https URL of KServe's release manifest (kserve.yaml)",
         )
+    if s.kserve_install:
+        yield from unvendored_version("kserveVersion", s.kserve_version, "kserveSource", source, KSERVE)
     if s.serve_kind == "none":
         return
     if s.stack_role == "platform":

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
-from infra.program.checks.operators import unpinned_source
+from infra.program.checks.operators import unpinned_source, unvendored_version
 from infra.program.settings import Settings
+from infra.program.vendored import TRAINER
 
 
 def trainer_install(s: Settings, _: bool) -> Iterator[ConfigError]:
@@ -61,6 +62,10 @@ def trainer_kubernetes_version(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 def trainer_source(s: Settings, _: bool) -> Iterator[ConfigError]:
     yield from unpinned_source("trainerSource", s.trainer_source)
+    if s.trainer_install:
+        yield from unvendored_version(
+            "trainerVersion", s.trainer_version, "trainerSource", s.trainer_source, TRAINER
+        )
 
 
 def trainjob_equivalents(s: Settings, _: bool) -> Iterator[ConfigError]:

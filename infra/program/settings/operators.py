@@ -24,14 +24,18 @@ class OperatorSettings(SettingsGroup):
         "operatorInstall", True, "Install the Kubeflow training operator; false assumes it is present."
     )
     operator_version: str = key(
-        "operatorVersion", "v1.9.4", "Pinned training-operator release tag (vMAJOR.MINOR.PATCH)."
+        "operatorVersion",
+        "v1.9.4",
+        "Pinned training-operator release tag (vMAJOR.MINOR.PATCH): the version vendored in "
+        "infra/manifests/training-operator, or, with operatorSource, the version that source holds.",
     )
     operator_source: str = key(
         "operatorSource",
         "",
-        "Kustomize source of the operator (a mirror for air-gapped clusters): a local path (absolute, or "
-        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
-        "empty uses the upstream standalone overlay at operatorVersion.",
+        "Kustomize source of the operator instead of the vendored one: a local path (absolute, or ./ or "
+        "../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; empty "
+        "applies infra/manifests/training-operator (upstream's standalone overlay built from the pinned "
+        "module, checked by its sha256; nothing is downloaded).",
     )
 
     operator_image: str = key(
@@ -131,8 +135,8 @@ class TrainerV2Settings(SettingsGroup):
         "trainerInstall",
         False,
         "Install Kubeflow Trainer v2 (TrainJob, TrainingRuntime) with the JobSet controller it brings, "
-        "from the pinned upstream overlay manifests/overlays/manager; needed by jobKind trainjob unless "
-        "trainerPresent declares it installed.",
+        "from upstream's overlay manifests/overlays/manager (vendored, or trainerSource); needed by "
+        "jobKind trainjob unless trainerPresent declares it installed.",
     )
     trainer_present: bool = key(
         "trainerPresent",
@@ -141,15 +145,18 @@ class TrainerV2Settings(SettingsGroup):
         "cluster (e.g. installed by the cluster's platform stack), so jobKind trainjob may be used.",
     )
     trainer_version: str = key(
-        "trainerVersion", "v2.3.0", "Pinned Kubeflow Trainer release tag (vMAJOR.MINOR.PATCH)."
+        "trainerVersion",
+        "v2.3.0",
+        "Pinned Kubeflow Trainer release tag (vMAJOR.MINOR.PATCH): the version vendored in "
+        "infra/manifests/kubeflow-trainer, or, with trainerSource, the version that source holds.",
     )
     trainer_source: str = key(
         "trainerSource",
         "",
-        "Kustomize source of Trainer v2 (a mirror for air-gapped clusters): a local path (absolute, or "
-        "./ or ../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; "
-        "empty uses the upstream manifests/overlays/manager at trainerVersion (which pulls JobSet's "
-        "release manifests from GitHub).",
+        "Kustomize source of Trainer v2 instead of the vendored one: a local path (absolute, or ./ or "
+        "../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; empty "
+        "applies infra/manifests/kubeflow-trainer (upstream's manifests/overlays/manager with JobSet's "
+        "release manifest, built from the pinned modules, checked by its sha256; nothing is downloaded).",
     )
     trainer_image: str = key(
         "trainerImage",

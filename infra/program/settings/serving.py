@@ -85,9 +85,9 @@ class KServeSettings(SettingsGroup):
     kserve_install: bool = key(
         "kserveInstall",
         False,
-        "Install KServe (its release manifest kserve.yaml at kserveVersion, CRDs kept on destroy, default "
-        "deployment mode Standard) in namespace kserve; cert-manager must already be in the cluster. "
-        "A platform or 'all' stack only.",
+        "Install KServe (its release manifest kserve.yaml, vendored or kserveSource; CRDs kept on destroy, "
+        "default deployment mode Standard) in namespace kserve; cert-manager must already be in the "
+        "cluster. A platform or 'all' stack only.",
     )
     kserve_present: bool = key(
         "kservePresent",
@@ -96,14 +96,18 @@ class KServeSettings(SettingsGroup):
         "cluster, e.g. from the platform stack, so serveKind kserve may be used.",
     )
     kserve_version: str = key(
-        "kserveVersion", "v0.20.0", "Pinned KServe release tag (vMAJOR.MINOR.PATCH) kserveInstall applies."
+        "kserveVersion",
+        "v0.20.0",
+        "Pinned KServe release tag (vMAJOR.MINOR.PATCH) kserveInstall applies: the version vendored in "
+        "infra/manifests/kserve, or, with kserveSource, the version that source holds.",
     )
     kserve_source: str = key(
         "kserveSource",
         "",
-        "KServe's release manifest kserveInstall applies (a mirror for air-gapped clusters): a local file "
-        "(absolute, or ./ or ../ relative to the directory of Pulumi.yaml) or an https URL; empty uses "
-        "the release's kserve.yaml at kserveVersion from GitHub.",
+        "KServe's release manifest kserveInstall applies instead of the vendored one: a local file "
+        "(absolute, or ./ or ../ relative to the directory of Pulumi.yaml) or an https URL; empty applies "
+        "infra/manifests/kserve/kserve.yaml (the release's kserve.yaml from the pinned module, checked by "
+        "its sha256; nothing is downloaded).",
     )
 
     @field_validator("kserve_version")
