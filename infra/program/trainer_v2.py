@@ -30,13 +30,17 @@ import pulumi
 
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
+from infra.program.training_operator import CRD_TYPE, SECRET_TYPE, cert_secret, kept_crd, kustomize_source
 from infra.program.vendored import TRAINER, vendored
 
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
 JOBSET_DEPLOYMENT = "jobset-controller-manager"
 MANAGER_CONTAINER = "manager"  # the container of both Deployments
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+# The webhook certificate Secrets the manifests create empty and the controllers' own certificate
+# managers fill (Trainer v2.3.0 `certManagement` in its config; JobSet v0.12.0 its cert-controller): the
+# stack leaves their data alone, as the training operator's (training_operator.cert_secret).
+CERT_SECRETS = frozenset({"kubeflow-trainer-webhook-cert", "jobset-webhook-server-cert"})
 
 
 def trainer_source(settings: Settings) -> str:
@@ -64,8 +68,8 @@ def trainer_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """A transform for the overlay's children: keeps the CRDs on destroy (or adopts kept ones,
-    `trainerAdoptCrds`) and points the two controllers at the mirror's images when set. Everything
-    else passes unchanged."""
+    `trainerAdoptCrds`), leaves the webhook certificates' data to the controllers that write it, and
+    points the two controllers at the mirror's images when set. Everything else passes unchanged."""
     images = mirrored_images(settings)
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
@@ -73,6 +77,8 @@ def trainer_transform(
         if args.type_ == CRD_TYPE:
             return kept_crd(args, settings.trainer_adopt_crds)
         name = (props.get("metadata") or {}).get("name")
+        if args.type_ == SECRET_TYPE and name in CERT_SECRETS:
+            return cert_secret(args)
         if args.type_ != DEPLOYMENT_TYPE or name not in images:
             return None
         return pulumi.ResourceTransformResult(props=with_image(props, images[name]), opts=args.opts)

@@ -494,3 +494,21 @@ def test_the_explicit_keys_make_those_combinations_valid():
     present = render_config({"jobKind": "trainjob", "operatorInstall": False, "trainerPresent": True})
     assert present.external == [] and one(present, "TrainJob")["metadata"]["name"] == "mnist-r1"
     assert render_config({**TRAINJOB, "jobMasterPort": 29500}).settings.job_master_port == 29500
+
+
+@pytest.mark.parametrize("name", ["kubeflow-trainer-webhook-cert", "jobset-webhook-server-cert"])
+def test_the_webhook_certificates_data_is_left_to_the_controllers_that_write_it(name):
+    """The manifests create them empty and the controllers' certificate managers fill them; with their
+    data in the diff, an `up` replaced the Secret (deleting the certificates the webhook serves with:
+    found by the local tier, scenario 23)."""
+    (transform,) = _install(_trainjob()).transforms
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "kubeflow-system"},
+    }
+    result = _apply(transform, "kubernetes:core/v1:Secret", secret)
+    assert result.props == secret
+    assert result.opts.ignore_changes == ["data"]
+    other = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "some-secret"}}
+    assert _apply(transform, "kubernetes:core/v1:Secret", other) is None
