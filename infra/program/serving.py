@@ -125,6 +125,8 @@ def server_args(settings: Settings, names: JobNames) -> list[str]:
         f"--port={settings.serve_port}",
         f"--max-batch={settings.serve_max_batch}",
         f"--drain-seconds={settings.serve_drain_seconds}",
+        # A model from S3 must be the one the job wrote: its SHA256SUMS on the checkpoint volume.
+        *([f"--sums-from={names.checkpoint_dir}/SHA256SUMS"] if settings.serve_model_source == "s3" else []),
     ]
 
 
@@ -162,10 +164,13 @@ def server_container(
 ) -> core.ContainerArgs:
     """The server container, Pod Security 'restricted', Ready only once the model is loaded."""
     s3 = settings.serve_model_source == "s3"
-    mounts = [core.VolumeMountArgs(name="tmp", mount_path="/tmp")]
-    if not s3:
-        mounts.append(core.VolumeMountArgs(name="checkpoints", mount_path=MODEL_MOUNT, read_only=True))
-    else:
+    # The checkpoint volume, read-only, either way: the model itself, or (from S3) the SHA256SUMS the job
+    # wrote there, which the export must match (`--sums-from`).
+    mounts = [
+        core.VolumeMountArgs(name="tmp", mount_path="/tmp"),
+        core.VolumeMountArgs(name="checkpoints", mount_path=MODEL_MOUNT, read_only=True),
+    ]
+    if s3:
         mounts += s3_ca_volumes(settings)[1]
     return core.ContainerArgs(
         name=container_name,
@@ -191,11 +196,12 @@ def server_container(
 
 
 def server_volumes(settings: Settings, checkpoint_claim: pulumi.Input[str]) -> list[core.VolumeArgs]:
-    volumes = [core.VolumeArgs(name="tmp", empty_dir=core.EmptyDirVolumeSourceArgs(size_limit="1Gi"))]
-    if settings.serve_model_source == "pvc":
-        claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=checkpoint_claim, read_only=True)
-        volumes.append(core.VolumeArgs(name="checkpoints", persistent_volume_claim=claim))
-    else:
+    claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=checkpoint_claim, read_only=True)
+    volumes = [
+        core.VolumeArgs(name="tmp", empty_dir=core.EmptyDirVolumeSourceArgs(size_limit="1Gi")),
+        core.VolumeArgs(name="checkpoints", persistent_volume_claim=claim),
+    ]
+    if settings.serve_model_source == "s3":
         volumes += s3_ca_volumes(settings)[0]
     return volumes
 

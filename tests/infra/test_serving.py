@@ -153,7 +153,10 @@ def test_the_s3_model_comes_with_credentials_only_by_reference_and_no_secret_is_
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "ddp-mnist-s3", "key": var}
     assert env["AWS_ENDPOINT_URL"]["value"] == "https://minio:9000"
-    assert not [v for v in container.get("volumeMounts", []) if v["mountPath"] == "/checkpoints"]
+    # The checkpoint volume, read-only, for the SHA256SUMS the job wrote, which the export must match.
+    (mount,) = [v for v in container.get("volumeMounts", []) if v["mountPath"] == "/checkpoints"]
+    assert mount["readOnly"] is True
+    assert "--sums-from=/checkpoints/mnist-r1/SHA256SUMS" in container["args"]
     text = to_yaml(rendering) + yaml.safe_dump(rendering.outputs)
     assert secret not in text and "AKIATESTKEY0000" not in text
 

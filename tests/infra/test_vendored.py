@@ -206,16 +206,18 @@ def test_the_objects_are_named_as_the_provider_names_them(upstream):
 
 
 @pytest.mark.parametrize("name", COMPONENTS)
-def test_every_crd_is_kept_on_destroy_and_only_the_webhook_secret_ignores_its_data(upstream, name):
+def test_every_crd_is_kept_on_destroy_and_only_the_webhook_secrets_ignore_their_data(upstream, name):
     objects = upstream[name].objects
     crds = [o for o in objects if o.obj["kind"] == "CustomResourceDefinition"]
     assert crds and all(o.options == {"retainOnDelete": True} for o in crds)
-    ignoring = [o.name for o in objects if "ignoreChanges" in o.options]
-    assert ignoring == (
-        ["training-operator-manifests:kubeflow/training-operator-webhook-cert"]
-        if name == TRAINING_OPERATOR
-        else []
-    )
+    ignoring = sorted(o.name for o in objects if "ignoreChanges" in o.options)
+    assert ignoring == {
+        TRAINING_OPERATOR: ["training-operator-manifests:kubeflow/training-operator-webhook-cert"],
+        TRAINER: [
+            "trainer-v2-manifests:kubeflow-system/jobset-webhook-server-cert",
+            "trainer-v2-manifests:kubeflow-system/kubeflow-trainer-webhook-cert",
+        ],
+    }.get(name, [])
 
 
 def test_the_applied_operator_deployment_carries_the_restricted_template(upstream):

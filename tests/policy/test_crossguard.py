@@ -270,7 +270,8 @@ def test_shared_claims_policy_blames_the_claim():
     assert reported == [
         (
             _urn(claim),
-            "PersistentVolumeClaim ddp-mnist-checkpoints is mounted by 4 pods (4 writing) but its "
+            # The 4 training pods write; the 2 server replicas read the job's SHA256SUMS.
+            "PersistentVolumeClaim ddp-mnist-checkpoints is mounted by 6 pods (4 writing) but its "
             "accessModes are ['ReadWriteOnce']; a shared claim must be ReadWriteMany",
         )
     ]

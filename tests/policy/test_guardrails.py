@@ -139,12 +139,12 @@ def test_written_shared_claim_must_be_read_write_many(stack):
     checkpoints = _claim(objects, "ddp-mnist-checkpoints")
     checkpoints["spec"]["accessModes"] = ["ReadWriteOnce"]
     nodes = g.job_size(job_of(objects))[0]
-    # The model server of a stack serving from the claim mounts it read-only, one pod per replica
-    # (a server loading the model from S3 mounts no claim).
+    # The model server mounts it read-only, one pod per replica: the model, or (from S3) the job's
+    # SHA256SUMS the export must match.
     readers = sum(
         t.pods
         for o in objects
-        if o["kind"] == "Deployment"
+        if o["kind"] in ("Deployment", "InferenceService")
         for t in g.pod_templates(o)
         if any(
             (v.get("persistentVolumeClaim") or {}).get("claimName") == "ddp-mnist-checkpoints"

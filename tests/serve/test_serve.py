@@ -623,3 +623,49 @@ def test_the_e2e_tiers_request_script_gets_the_models_predictions(
     predictions = v2_predictions(answer["response"])
     assert len(predictions) == 64
     assert sum(p == label for p, label in zip(predictions, answer["labels"], strict=True)) >= 0.5 * 64
+
+
+def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: Path, tmp_path: Path) -> None:
+    """`--sums-from` (the job's SHA256SUMS on its checkpoint volume): the export as the job wrote it
+    serves; one replaced together with the SHA256SUMS beside it, as a holder of the S3 key could, never
+    becomes ready."""
+    import boto3
+
+    uri = upload(s3_server, trained, "models-c", "team/models/job-c/")
+    job_sums = str(trained / "SHA256SUMS")
+    served = start_server(uri, f"--sums-from={job_sums}", env=s3_server.env())
+    try:
+        wait_ready(served)
+        good(served)
+    finally:
+        code, out, err = served.stop()
+    assert code == 0, err
+    assert f"verified against SHA256SUMS and the job's {job_sums})" in out
+    # The export replaced: another model (the same weights, saved again with one changed) and its own sums.
+    import torch
+
+    state = torch.load(trained / "model.pt", weights_only=True)
+    first = next(iter(state))
+    state[first] = state[first] + 1
+    replaced = tmp_path / "model.pt"
+    torch.save(state, replaced)
+    data = replaced.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_server.endpoint,
+        aws_access_key_id=s3_server.key_id,
+        aws_secret_access_key=s3_server.secret,
+        region_name="us-east-1",
+    )
+    client.put_object(Bucket="models-c", Key="team/models/job-c/model.pt", Body=data)
+    client.put_object(
+        Bucket="models-c", Key="team/models/job-c/SHA256SUMS", Body=f"{digest}  model.pt\n".encode()
+    )
+    code, err = never_ready(start_server(uri, f"--sums-from={job_sums}", env=s3_server.env()))
+    expected = hashlib.sha256((trained / "model.pt").read_bytes()).hexdigest()
+    assert code == 3
+    assert err.splitlines() == [
+        f"trainer.serve: data: {uri.rstrip('/')}/model.pt: sha256 {digest} is not the model the training job "
+        f"wrote ({expected} in {job_sums}); the export was replaced, export the run again"
+    ]

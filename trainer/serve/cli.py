@@ -6,12 +6,16 @@ Usage (the serving pods run exactly this, in the trainer image)::
                             [--host 0.0.0.0] [--port 8080] [--max-batch 256]
                             [--max-body-bytes 0] [--request-timeout 120] [--threads 0]
                             [--max-requests 4] [--max-connections 64] [--drain-seconds 5]
+                            [--sums-from PATH]
 
 ``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
 model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, as for the trainer) or a directory
 holding model.pt and SHA256SUMS, e.g. a run's output directory on the checkpoint volume mounted
-read-only at ``/checkpoints/<job>`` (the trainer writes a SHA256SUMS of model.pt beside it).
+read-only at ``/checkpoints/<job>`` (the trainer writes a SHA256SUMS of model.pt beside it). With
+``--sums-from`` a model from S3 must also match the SHA256SUMS the training job wrote on its checkpoint
+volume, where only the job writes: whoever holds a key that may write the export cannot replace the
+model and its sums together.
 
 Stop (SIGTERM: the pod deleted or replaced by a rollout): readiness turns 503 at once, yet for
 ``--drain-seconds`` the server keeps accepting and answering, since the pod's endpoint reaches every
@@ -72,7 +76,7 @@ from trainer.serve.config import (
     ServeConfig,
     body_limit,
 )
-from trainer.serve.load import load_module, read_model_files, verify
+from trainer.serve.load import load_module, read_model_files, verify, verify_against_job
 from trainer.serve.protocol import Model
 from trainer.serve.server import EXIT_LISTEN, ServeError, open_server
 
@@ -167,6 +171,13 @@ def build_parser() -> OneLineParser:
         help="connections open at once; more get 503 and are closed",
     )
     parser.add_argument(
+        "--sums-from",
+        default=None,
+        metavar="PATH",
+        help="a SHA256SUMS the model's sha256 must also match: the one the training job wrote on its "
+        "checkpoint volume, for a model read from S3",
+    )
+    parser.add_argument(
         "--threads", type=non_negative, default=0, help="torch intra-op threads (0: torch's default)"
     )
     parser.add_argument(
@@ -199,6 +210,7 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
         drain_seconds=args.drain_seconds,
         max_requests=args.max_requests,
         max_connections=args.max_connections,
+        sums_from=args.sums_from,
     )
 
 
@@ -212,6 +224,8 @@ def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) 
             torch.set_num_threads(config.threads)
         model_bytes, sums_text, where = read_model_files(config.model_uri)
         sha256 = verify(model_bytes, sums_text, where)
+        if config.sums_from:
+            verify_against_job(sha256, where, config.sums_from)
         model.module = load_module(model_bytes, where)
         model.sha256 = sha256
     except TrainerError as error:
@@ -227,7 +241,9 @@ def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) 
     model.loaded.set()
     write_line(
         f"{PROG}: serving model {config.model_name} version {config.model_version} from {where} "
-        f"(model.pt sha256 {sha256} verified against {SUMS_FILE}) on {address}",
+        f"(model.pt sha256 {sha256} verified against {SUMS_FILE}"
+        + (f" and the job's {config.sums_from}" if config.sums_from else "")
+        + f") on {address}",
         sys.stdout,
     )
 

@@ -50,3 +50,6 @@ class ServeConfig:
     drain_seconds: int = DEFAULT_DRAIN_S
     max_requests: int = DEFAULT_MAX_REQUESTS
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # A SHA256SUMS the model must match besides the one beside it: the job's own, where only the job
+    # writes (its checkpoint volume), so that whoever may write the export cannot swap both.
+    sums_from: str | None = None

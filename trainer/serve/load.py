@@ -63,6 +63,27 @@ def verify(model_bytes: bytes, sums_text: str, where: str) -> str:
     return actual
 
 
+def verify_against_job(sha256: str, where: str, sums_path: str) -> None:
+    """Check model.pt's sha256 against the SHA256SUMS the training job wrote (`--sums-from`); a
+    DataError otherwise: a model that matches only the sums beside it was replaced with them."""
+    from trainer.mnist_files import parse_sums
+
+    try:
+        text = Path(sums_path).read_text(errors="replace")
+    except FileNotFoundError:
+        raise DataError(
+            f"{sums_path} not found: the training job that produced the model wrote none"
+        ) from None
+    except OSError as error:
+        raise DataError(f"{sums_path}: cannot read ({error.strerror})") from None
+    expected = parse_sums(text, sums_path).get(MODEL_FILE)
+    if expected != sha256:
+        raise DataError(
+            f"{where.rstrip('/')}/{MODEL_FILE}: sha256 {sha256} is not the model the training job wrote "
+            f"({expected or 'none'} in {sums_path}); the export was replaced, export the run again"
+        )
+
+
 def load_module(model_bytes: bytes, where: str) -> Any:
     """The model in eval mode on CPU (channels-last) from a state_dict, loaded without pickled code."""
     import torch
