@@ -16,7 +16,7 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env lock clean \
+.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env deploy-env lock clean \
 	manifests manifests-check \
 	image image-push
 
@@ -39,6 +39,18 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 infra-env: $(INFRA_VENV)/.installed
+
+# The deploy path (.github/workflows/pulumi-stack.yml): the program's and the policy pack's environments
+# from the hash-checked requirements `make lock` writes beside constraints.txt, every file checked
+# against its sha256; the project itself without a download (setuptools is among them).
+deploy-env:
+	$(PYTHON) -m venv $(INFRA_VENV)
+	$(INFRA_VENV)/bin/pip install -q --require-hashes --no-deps -r constraints/deploy-infra.txt
+	$(INFRA_VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
+	touch $(INFRA_VENV)/.installed
+	$(PYTHON) -m venv $(POLICY_VENV)
+	$(POLICY_VENV)/bin/pip install -q --require-hashes --no-deps -r constraints/deploy-policy.txt
+	touch $(POLICY_VENV)/.installed
 
 run: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)

@@ -18,6 +18,7 @@ from packaging.requirements import Requirement
 
 from constraints.lock import (
     CONSTRAINTS,
+    DEPLOY,
     DIGEST_PREFIX,
     PLATFORM,
     POLICY_REQUIREMENTS,
@@ -159,7 +160,11 @@ def _pip_installs(text: str) -> list[str]:
 def test_every_install_is_constrained():
     makefile = (ROOT / "Makefile").read_text()
     installs = _pip_installs(makefile)
-    assert len(installs) == 3 and all("-c constraints.txt" in line for line in installs), installs
+    constrained = [line for line in installs if "-c constraints.txt" in line]
+    hashed = [line for line in installs if "--require-hashes" in line]
+    project_alone = [line for line in installs if "--no-deps --no-build-isolation -e ." in line]
+    assert len(constrained) == 3 and len(hashed) == 2 and len(project_alone) == 1, installs
+    assert len(installs) == 6, installs
     # A new lock reinstalls every environment (the policy pack's also when its requirements change).
     for venv in ("$(VENV)", "$(INFRA_VENV)"):
         assert f"{venv}/.installed: pyproject.toml constraints.txt\n" in makefile
@@ -171,8 +176,9 @@ def test_every_install_is_constrained():
         for step in job.get("steps", []) if "run" in step
     ]  # fmt: skip
     installs = [line for script in scripts for line in _pip_installs(script)]
-    assert installs == ["policy/.venv/bin/pip install -q -r policy/requirements.txt"]
-    assert sum(script.count("make infra-env") for script in scripts) == 4
+    assert installs == []
+    assert sum(script.count("make infra-env") for script in scripts) == 3  # CI's renders and previews
+    assert sum(script.count("make deploy-env") for script in scripts) == 1  # pulumi-stack.yml's
     assert "-c ../constraints.txt" in POLICY_REQUIREMENTS.read_text().splitlines()
 
 
@@ -188,3 +194,41 @@ def test_the_image_installs_the_locked_versions():
 @pytest.mark.parametrize("name", ["torch", "torchvision", "nvidia-cudnn-cu13", "cuda-toolkit", "triton"])
 def test_torch_and_its_platform_wheels_are_left_out(name):
     assert left_out(name) and left_out(name.upper().replace("-", "_"))
+
+
+def _hashed(path) -> dict[str, tuple[str, list[str]]]:
+    """{name: (version, [sha256, ...])} of a hash-checked requirements file."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    for entry in path.read_text().replace("\\\n", " ").splitlines():
+        if not entry or entry.startswith("#"):
+            continue
+        pin, *options = entry.split()
+        name, _, version = pin.partition("==")
+        found[name] = (version, [o.removeprefix("--hash=sha256:") for o in options])
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY), ids=lambda p: p.name)
+def test_the_deploy_path_installs_hash_checked_files_at_the_locked_versions(path):
+    """What `make deploy-env` installs with --require-hashes: every distribution pinned at
+    constraints.txt's version with one sha256, locked from the current requirements."""
+    digests = [line for line in path.read_text().splitlines() if line.startswith(DIGEST_PREFIX)]
+    assert digests == [DIGEST_PREFIX + inputs_digest()], f"{path.name} is stale: run `make lock`"
+    hashed = _hashed(path)
+    assert hashed and list(hashed) == sorted(hashed)
+    for name, (version, sums) in hashed.items():
+        assert PINS.get(name) == version, f"{name}=={version}: constraints.txt pins {PINS.get(name)}"
+        assert len(sums) == 1 and re.fullmatch(r"[0-9a-f]{64}", sums[0]), name
+    assert canonical(project()["name"]) not in hashed and TORCH.isdisjoint(hashed)
+
+
+def test_the_deploy_path_holds_the_program_and_the_pack_with_their_dependencies():
+    infra, policy = (_hashed(path) for path in sorted(DEPLOY))
+    # The infra extra's own pins, setuptools to install the project without a download, and the pack's.
+    for requirement in project()["optional-dependencies"]["infra"]:
+        assert canonical(Requirement(requirement).name) in infra, requirement
+    assert "setuptools" in infra
+    for requirement in policy_requirements():
+        assert canonical(Requirement(requirement).name) in policy, requirement
+    assert {"pulumi", "pulumi-kubernetes", "pydantic", "kubernetes", "grpcio"} <= set(infra)
+    assert {"pulumi", "pulumi-policy", "protobuf"} <= set(policy)

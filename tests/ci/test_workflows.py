@@ -371,13 +371,14 @@ def test_two_deploy_runs_never_interleave():
 def test_every_file_that_decides_the_deployment_triggers_it():
     paths = _load(WORKFLOWS / "deploy.yml")["on"]["push"]["paths"]
     makefile = (ROOT / "Makefile").read_text()
-    # What `make infra-env` (the environment `pulumi up` runs in) is built from, and the Makefile itself.
-    prerequisites = re.search(r"^\$\(INFRA_VENV\)/\.installed: (.+)$", makefile, re.M)
-    assert prerequisites
-    policy_install = next(s["run"] for s in STEPS if "policy/requirements.txt" in s.get("run", ""))
-    assert "make infra-env" in policy_install
+    # What `make deploy-env` (the environments `pulumi up` and the policy pack run in) is built from:
+    # pyproject.toml (the project installed alone), the hash-checked requirements, and the Makefile itself.
+    assert "deploy-env:" in makefile
+    (environments,) = [s["run"] for s in STEPS if "make deploy-env" in s.get("run", "")]
+    assert environments.strip() == "make deploy-env"
     required = {
-        *prerequisites.group(1).split(),
+        "pyproject.toml",
+        "constraints/deploy-*.txt",
         "Makefile",
         "Pulumi.yaml",
         "infra/**",
