@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -228,6 +229,15 @@ def _sort_key(obj: dict[str, Any]) -> tuple[int, str, str]:
     return order, meta.get("namespace", ""), meta.get("name", "")
 
 
+def _ensure_event_loop() -> None:
+    """The mock runtime registers resources on the main thread's event loop (`asyncio.get_event_loop`),
+    which an earlier `asyncio.run` in the same process leaves unset: a fresh one then."""
+    try:
+        asyncio.get_event_loop()
+    except RuntimeError:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run_program(
     stack: StackConfig,
     mocks: RecordingMocks | None = None,
@@ -239,6 +249,7 @@ def run_program(
     from infra.program.stack import build
 
     mocks = mocks or RecordingMocks()
+    _ensure_event_loop()
     pulumi.runtime.set_mocks(
         mocks, project=PROJECT, stack=stack.name, preview=False, monitor=_RecordingMonitor(mocks)
     )

@@ -631,7 +631,7 @@ def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: 
     becomes ready."""
     import boto3
 
-    uri = upload(s3_server, trained, "models-c", "team/models/job-c/")
+    uri = upload(s3_server, trained, "models-d", "team/models/job-d/")
     job_sums = str(trained / "SHA256SUMS")
     served = start_server(uri, f"--sums-from={job_sums}", env=s3_server.env())
     try:
@@ -658,9 +658,9 @@ def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: 
         aws_secret_access_key=s3_server.secret,
         region_name="us-east-1",
     )
-    client.put_object(Bucket="models-c", Key="team/models/job-c/model.pt", Body=data)
+    client.put_object(Bucket="models-d", Key="team/models/job-d/model.pt", Body=data)
     client.put_object(
-        Bucket="models-c", Key="team/models/job-c/SHA256SUMS", Body=f"{digest}  model.pt\n".encode()
+        Bucket="models-d", Key="team/models/job-d/SHA256SUMS", Body=f"{digest}  model.pt\n".encode()
     )
     code, err = never_ready(start_server(uri, f"--sums-from={job_sums}", env=s3_server.env()))
     expected = hashlib.sha256((trained / "model.pt").read_bytes()).hexdigest()
