@@ -67,7 +67,7 @@ lint: $(VENV)/.installed
 # The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
 # The whole suite on every core; pytest lists the 15 slowest tests, and the last line gives the wall
 # time of the whole target (set-up included), so growth shows in every CI log.
-test:
+test: $(POLICY_VENV)/.installed
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint && $(VENV)/bin/python -m pytest $(XDIST); code=$$?; \
 	echo "make test: exit $$code after $$(( $$(date +%s) - start )) s (set-up, lint and the whole suite)"; \

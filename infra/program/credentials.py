@@ -43,51 +43,50 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
             # The namespace is a plain name here (createNamespace false), so the read's id is known in
             # preview too. The job takes the name from the read, so it also waits for it. The provider
             # marks the read Secret's `data` secret in state; nothing here exports it.
-            existing = k8s.core.v1.Secret.get(
-                f"{name}-existing",
-                f"{settings.namespace}/{settings.minio_existing_secret}",
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            self.secret_name = existing.metadata.name
+            self.secret_name = self._existing(f"{name}-existing", settings, settings.minio_existing_secret)
         else:
-            secret = k8s.core.v1.Secret(
-                f"{name}-secret",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=f"{PROJECT}-s3", namespace=namespace, labels=labels(settings, "credentials")
-                ),
-                type="Opaque",
-                string_data={
-                    # Both are secret Outputs (require_secret): they stay encrypted in state.
-                    ACCESS_KEY_ID: credentials.access_key_id,
-                    SECRET_ACCESS_KEY: credentials.secret_access_key,
-                },
-                opts=pulumi.ResourceOptions(parent=self),
-            )
-            self.secret_name = secret.metadata.name
+            # Both are secret Outputs (require_secret): they stay encrypted in state.
+            pair = (credentials.access_key_id, credentials.secret_access_key)
+            self.secret_name = self._created(f"{name}-secret", f"{PROJECT}-s3", pair, settings, namespace)
         self.read_secret_name = self.secret_name
         if credentials is not None and credentials.read_access_key_id is not None:
             assert credentials.read_secret_access_key is not None  # the pair goes together (config.py)
-            read = k8s.core.v1.Secret(
-                f"{name}-read-secret",
-                metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=READ_SECRET, namespace=namespace, labels=labels(settings, "credentials")
-                ),
-                type="Opaque",
-                string_data={
-                    ACCESS_KEY_ID: credentials.read_access_key_id,
-                    SECRET_ACCESS_KEY: credentials.read_secret_access_key,
-                },
-                opts=pulumi.ResourceOptions(parent=self),
+            pair = (credentials.read_access_key_id, credentials.read_secret_access_key)
+            self.read_secret_name = self._created(
+                f"{name}-read-secret", READ_SECRET, pair, settings, namespace
             )
-            self.read_secret_name = read.metadata.name
         elif settings.minio_read_existing_secret:
-            existing_read = k8s.core.v1.Secret.get(
-                f"{name}-read-existing",
-                f"{settings.namespace}/{settings.minio_read_existing_secret}",
-                opts=pulumi.ResourceOptions(parent=self),
+            self.read_secret_name = self._existing(
+                f"{name}-read-existing", settings, settings.minio_read_existing_secret
             )
-            self.read_secret_name = existing_read.metadata.name
         self.register_outputs({"secret_name": self.secret_name, "read_secret_name": self.read_secret_name})
+
+    def _created(
+        self,
+        resource: str,
+        secret: str,
+        pair: tuple[pulumi.Output[str], pulumi.Output[str]],
+        settings: Settings,
+        namespace: pulumi.Input[str],
+    ) -> pulumi.Output[str]:
+        """A Secret `secret` holding the key pair, under the names the S3 client reads; its name."""
+        created = k8s.core.v1.Secret(
+            resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=secret, namespace=namespace, labels=labels(settings, "credentials")
+            ),
+            type="Opaque",
+            string_data={ACCESS_KEY_ID: pair[0], SECRET_ACCESS_KEY: pair[1]},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return created.metadata.name
+
+    def _existing(self, resource: str, settings: Settings, secret: str) -> pulumi.Output[str]:
+        """The name of an existing Secret of the namespace, read so that a missing one fails at once."""
+        found = k8s.core.v1.Secret.get(
+            resource, f"{settings.namespace}/{secret}", opts=pulumi.ResourceOptions(parent=self)
+        )
+        return found.metadata.name
 
 
 def ca_bundle_config_map(settings: Settings, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMap | None:

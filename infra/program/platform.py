@@ -122,7 +122,21 @@ def _derived(settings: Settings, found: Mapping[str, Any]) -> dict[str, Any]:
         "trainer_present": found.get("trainer") is not None,
         "kserve_present": found.get("kserve") is not None,
         "kueue_pytorchjob_integration": bool((found.get("kueue") or {}).get("pytorchjobIntegration")),
+        **_team_facts(settings, found),
     }
+
+
+def _team_facts(settings: Settings, found: Mapping[str, Any]) -> dict[str, Any]:
+    """What a team namespace and the platform's StorageClasses decide for this job stack: the Pod
+    Security level its namespace enforces, and how the classes it uses (storageProvider existing) bind."""
+    taken: dict[str, Any] = {}
+    level = (found.get("teamNamespaces") or {}).get(settings.namespace)
+    if level is not None:
+        taken["namespace_pod_security"] = level
+    mode = (found.get("storageClasses") or {}).get(settings.storage_class_name)
+    if settings.storage_provider == "existing" and mode is not None:
+        taken["storage_volume_binding_mode"] = mode
+    return taken
 
 
 def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
@@ -190,24 +204,6 @@ def take(settings: Settings, found: Any, stack: str, has_keys: bool) -> Settings
     need = _needs(settings, found)
     if need:
         raise PlatformMismatch(f"stack {stack} " + need.format(platform=platform))
-    level = (found.get("teamNamespaces") or {}).get(settings.namespace)
-    if level is not None:
-        if settings.declares("namespace_pod_security") and settings.namespace_pod_security != level:
-            raise PlatformMismatch(
-                f"stack {stack} declares namespacePodSecurity={settings.namespace_pod_security}, but its "
-                f"{platform} labels team namespace {settings.namespace} {level} (remove "
-                f"namespacePodSecurity from stack {stack}: it comes from the platform stack)"
-            )
-        derived["namespace_pod_security"] = level
-    mode = (found.get("storageClasses") or {}).get(settings.storage_class_name)
-    if settings.storage_provider == "existing" and mode is not None:
-        if settings.declares("storage_volume_binding_mode") and settings.storage_volume_binding_mode != mode:
-            raise PlatformMismatch(
-                f"stack {stack} declares storageVolumeBindingMode={settings.storage_volume_binding_mode}, "
-                f"but its {platform} creates StorageClass {settings.storage_class_name} binding {mode} "
-                f"(remove storageVolumeBindingMode from stack {stack}: it comes from the platform stack)"
-            )
-        derived["storage_volume_binding_mode"] = mode
     merged = settings.model_copy(update=derived)
     violation = first_violation(merged, has_keys)
     if violation:

@@ -70,8 +70,7 @@ def test_deployers_get_the_namespaced_role_in_their_namespace_only_and_get_on_st
             "name": DEPLOYER_ROLE,
         }
         assert [(s["kind"], s["name"], s.get("namespace")) for s in binding["subjects"]] == subjects
-    (reader,) = by_kind(rendering, "ClusterRole")[:1]
-    assert reader["metadata"]["name"] == READER_ROLE
+    reader = named(rendering, "ClusterRole")[READER_ROLE]
     assert reader["rules"] == [
         {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get"]}
     ]

@@ -316,6 +316,7 @@ def test_the_pack_reads_every_stack_in_its_own_environment():
     """The CLI runs the pack with policy/.venv (pulumi and pulumi-policy, none of the program's
     dependencies): every rule reads every stack's objects there, as here."""
     python = POLICY_DIR / ".venv" / "bin" / "python"
+    # `make test` builds it (make test-fast does not, and then this test says so).
     if not python.exists():
         pytest.skip("no policy/.venv (make the pack's environment: README, Guardrails)")
     objects = [o for stack in ALL_STACKS for o in stack_objects(stack)]

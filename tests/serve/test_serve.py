@@ -376,16 +376,20 @@ def test_bad_flags_and_a_taken_port_are_one_line_each(trained: Path) -> None:
     )
 
 
-def upload(s3: Any, trained: Path, bucket: str, prefix: str) -> str:
+def s3_client(s3: Any) -> Any:
     import boto3
 
-    client = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=s3.endpoint,
         aws_access_key_id=s3.key_id,
         aws_secret_access_key=s3.secret,
         region_name="us-east-1",
     )
+
+
+def upload(s3: Any, trained: Path, bucket: str, prefix: str) -> str:
+    client = s3_client(s3)
     client.create_bucket(Bucket=bucket)
     for name in ("model.pt", "metrics.json", "SHA256SUMS"):
         client.put_object(Bucket=bucket, Key=f"{prefix}{name}", Body=(trained / name).read_bytes())
@@ -629,8 +633,6 @@ def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: 
     """`--sums-from` (the job's SHA256SUMS on its checkpoint volume): the export as the job wrote it
     serves; one replaced together with the SHA256SUMS beside it, as a holder of the S3 key could, never
     becomes ready."""
-    import boto3
-
     uri = upload(s3_server, trained, "models-d", "team/models/job-d/")
     job_sums = str(trained / "SHA256SUMS")
     served = start_server(uri, f"--sums-from={job_sums}", env=s3_server.env())
@@ -651,13 +653,7 @@ def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: 
     torch.save(state, replaced)
     data = replaced.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_server.endpoint,
-        aws_access_key_id=s3_server.key_id,
-        aws_secret_access_key=s3_server.secret,
-        region_name="us-east-1",
-    )
+    client = s3_client(s3_server)
     client.put_object(Bucket="models-d", Key="team/models/job-d/model.pt", Body=data)
     client.put_object(
         Bucket="models-d", Key="team/models/job-d/SHA256SUMS", Body=f"{digest}  model.pt\n".encode()

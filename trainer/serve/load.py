@@ -19,17 +19,21 @@ def read_model_files(uri: str) -> tuple[bytes, str, str]:
     if uri.startswith("s3://"):
         return read_from_s3(uri)
     directory = Path(uri)
-    files: dict[str, bytes] = {}
-    for name in (SUMS_FILE, MODEL_FILE):
-        try:
-            files[name] = (directory / name).read_bytes()
-        except FileNotFoundError:
-            raise DataError(
-                f"{directory / name} not found; serve a finished run's output directory"
-            ) from None
-        except OSError as error:
-            raise DataError(f"{directory / name}: cannot read ({error.strerror})") from None
+    files = {
+        name: _read(directory / name, "serve a finished run's output directory")
+        for name in (SUMS_FILE, MODEL_FILE)
+    }
     return files[MODEL_FILE], files[SUMS_FILE].decode(errors="replace"), str(directory)
+
+
+def _read(path: Path, hint: str) -> bytes:
+    """A file's bytes; a DataError naming it (and `hint` when it is missing) otherwise."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path} not found; {hint}") from None
+    except OSError as error:
+        raise DataError(f"{path}: cannot read ({error.strerror})") from None
 
 
 def read_from_s3(uri: str) -> tuple[bytes, str, str]:
@@ -68,14 +72,9 @@ def verify_against_job(sha256: str, where: str, sums_path: str) -> None:
     DataError otherwise: a model that matches only the sums beside it was replaced with them."""
     from trainer.mnist_files import parse_sums
 
-    try:
-        text = Path(sums_path).read_text(errors="replace")
-    except FileNotFoundError:
-        raise DataError(
-            f"{sums_path} not found: the training job that produced the model wrote none"
-        ) from None
-    except OSError as error:
-        raise DataError(f"{sums_path}: cannot read ({error.strerror})") from None
+    text = _read(Path(sums_path), "the training job that produced the model wrote none").decode(
+        errors="replace"
+    )
     expected = parse_sums(text, sums_path).get(MODEL_FILE)
     if expected != sha256:
         raise DataError(

@@ -45,15 +45,8 @@ def storage(s: Settings, _: bool) -> Iterator[ConfigError]:
         )
     if provider == "gke-filestore":
         low, high = FILESTORE_SIZES[s.filestore_tier]
-        claims = (
-            ()
-            if s.stack_role == "platform"
-            else (  # a platform stack makes no claim
-                ("dataVolumeSize", s.data_volume_size),
-                ("checkpointVolumeSize", s.checkpoint_volume_size),
-            )
-        )
-        for name, size in claims:
+        claims = [("dataVolumeSize", s.data_volume_size), ("checkpointVolumeSize", s.checkpoint_volume_size)]
+        for name, size in claims if s.stack_role != "platform" else []:  # a platform stack makes none
             if not parse_quantity(low) <= parse_quantity(size) <= parse_quantity(high):
                 yield ConfigError(
                     name,
