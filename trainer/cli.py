@@ -41,6 +41,9 @@ class TrainConfig:
     dist_timeout: int
     train_limit: int
     export_to: str | None = None
+    log_every: int = 20
+    progress_seconds: float = 10.0
+    tensorboard_dir: Path | None = None
 
     @property
     def data_is_s3(self) -> bool:
@@ -232,7 +235,33 @@ def build_parser() -> OneLineArgumentParser:
         help="use only the first N training images (0: all 60000); for smoke tests. "
         "Evaluation always uses all 10000 test images",
     )
+    add(
+        "--log-every",
+        type=_int_at_least(1),
+        default=20,
+        help="rank 0 makes a progress point every N optimizer steps and at each epoch's end: "
+        "TensorBoard's train/ scalars and the progress report (its loss is rank 0's mean over those steps)",
+    )
+    add(
+        "--progress-seconds",
+        type=_non_negative_float,
+        default=10.0,
+        help="at most one 'progress' line (step/total, percent, samples/s, ETA) per N seconds, plus one "
+        "at each epoch's end (0: a line per progress point)",
+    )
+    add(
+        "--tensorboard-dir",
+        default=None,
+        help="where rank 0 writes TensorBoard event files ('none': no event files) "
+        "(default: CHECKPOINT_DIR/tensorboard)",
+    )
     return parser
+
+
+def tensorboard_dir(value: str | None, checkpoint_dir: Path) -> Path | None:
+    if value is None:
+        return checkpoint_dir / "tensorboard"
+    return None if value.strip().lower() == "none" else Path(value)
 
 
 def parse_config(argv: list[str] | None) -> TrainConfig:
@@ -256,4 +285,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         dist_timeout=args.dist_timeout,
         train_limit=args.train_limit,
         export_to=args.export_to,
+        log_every=args.log_every,
+        progress_seconds=args.progress_seconds,
+        tensorboard_dir=tensorboard_dir(args.tensorboard_dir, checkpoint_dir),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -12,6 +13,10 @@ from trainer.dist import all_reduce_sum
 
 # Test images per forward pass: small enough that the activations stay in cache (1000 took ~1.5x the time).
 EVAL_CHUNK = 256
+
+
+# (steps done in this epoch, mean loss since the previous report, learning rate now)
+StepReport = Callable[[int, float, float], None]
 
 
 @dataclass(frozen=True)
@@ -57,16 +62,23 @@ def train_one_epoch(
     labels: torch.Tensor,
     batches: torch.Tensor,
     label_smoothing: float = 0.0,
+    report: StepReport | None = None,
+    every: int = 1,
 ) -> float:
     """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks
     (smoothed as trained on, with ``label_smoothing`` > 0).
 
-    DDP all-reduces the gradients inside ``backward()``; nothing here touches them.
+    DDP all-reduces the gradients inside ``backward()``; nothing here touches them. With ``report``,
+    every ``every`` steps and after the last one it is called with the steps done in this epoch,
+    this rank's mean loss over the steps since the previous call, and the learning rate the next
+    step will use. Only then is the loss read from the device; ranks without ``report`` never wait.
     """
     model.train()
     batches = batches.to(images.device)
     loss_sum = torch.zeros((), device=images.device)
-    for batch in batches:
+    steps = len(batches)
+    reported_sum, reported_at = 0.0, 0
+    for index, batch in enumerate(batches, start=1):
         logits = model(normalise(images[batch]))
         loss = nn.functional.cross_entropy(logits, labels[batch], label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
@@ -74,6 +86,10 @@ def train_one_epoch(
         optimizer.step()
         scheduler.step()
         loss_sum += loss.detach()
+        if report is not None and (index % every == 0 or index == steps):
+            total = loss_sum.item()
+            report(index, (total - reported_sum) / (index - reported_at), float(scheduler.get_last_lr()[0]))
+            reported_sum, reported_at = total, index
     total, count = all_reduce_sum([loss_sum.item(), float(len(batches))], images.device)
     return total / count
 

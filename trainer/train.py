@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from trainer.metrics import (
     record_restart,
 )
 from trainer.model import build_model, state_dict_sha256
+from trainer.progress import ConsoleSink, Progress, RunInfo, Sink
 from trainer.scaling import BatchPlan, plan_batches, scaled_lr
 
 # The one-cycle schedule (torch.optim.lr_scheduler.OneCycleLR): warm up over PCT_START of the steps
@@ -198,14 +200,55 @@ def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[i
     return 0, []
 
 
+def run_info(run: Run, first_epoch: int) -> RunInfo:
+    config, plan = run.config, run.plan
+    return RunInfo(
+        total_steps=plan.steps_per_epoch * config.epochs,
+        start_step=plan.steps_per_epoch * first_epoch,
+        steps_per_epoch=plan.steps_per_epoch,
+        epochs=config.epochs,
+        global_batch=plan.global_batch,
+        world_size=run.env.world_size,
+        backend=run.backend,
+    )
+
+
+def progress_sinks(config: TrainConfig) -> list[Sink]:
+    """Where rank 0's progress goes (see :mod:`trainer.progress`)."""
+    sinks: list[Sink] = [ConsoleSink(config.progress_seconds)]
+    if config.tensorboard_dir is not None:
+        from trainer.curves import TensorBoardSink
+
+        sinks.append(TensorBoardSink(config.tensorboard_dir))
+    return sinks
+
+
 def train(run: Run) -> bool:
     """Resume, train the epochs left, write the results; True if the run had already finished."""
-    config, env, plan, data = run.config, run.env, run.plan, run.data
+    config, env = run.config, run.env
     log(env, describe(run))
     first_epoch, history = resume(run)
     finished_before = first_epoch >= config.epochs
     if finished_before:
         log(env, f"run already finished ({first_epoch}/{config.epochs} epochs); nothing to train")
+        train_epochs(run, first_epoch, history, None)
+        return True
+    progress = None
+    if env.is_main:
+        progress = Progress(progress_sinks(config), run_info(run, first_epoch), run.started)
+    succeeded = False
+    try:
+        train_epochs(run, first_epoch, history, progress)
+        succeeded = True
+    finally:
+        if progress is not None:
+            progress.finished(succeeded)
+    return False
+
+
+def train_epochs(run: Run, first_epoch: int, history: list[EpochRecord], progress: Progress | None) -> None:
+    """The epochs after ``first_epoch``, each checkpointed per ``--checkpoint-every``, then :func:`finish`."""
+    config, env, plan, data = run.config, run.env, run.plan, run.data
     shard = engine.test_shard(len(data.test_y), env.rank, env.world_size)
     for epoch in range(first_epoch + 1, config.epochs + 1):
         batches = engine.epoch_indices(
@@ -226,6 +269,8 @@ def train(run: Run) -> bool:
                 data.train_y,
                 batches,
                 config.label_smoothing,
+                None if progress is None else partial(progress.steps_done, epoch),
+                config.log_every,
             )
         with run.clock.phase("evaluate"):
             dist.broadcast_buffers_from_main(run.module)
@@ -241,6 +286,8 @@ def train(run: Run) -> bool:
         )
         history.append(record)
         log(env, record.line(config.epochs))
+        if progress is not None:
+            progress.epoch_done(record)
         last = epoch == config.epochs
         every = config.checkpoint_every
         if env.is_main and (last or (every and epoch % every == 0)):
@@ -248,7 +295,6 @@ def train(run: Run) -> bool:
                 path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
             log(env, f"checkpoint {path}")
     finish(run, history, first_epoch)
-    return finished_before
 
 
 def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:

@@ -92,6 +92,9 @@ def test_help_documents_every_flag() -> None:
         "--weight-decay",
         "--label-smoothing",
         "--export-to",
+        "--log-every",
+        "--progress-seconds",
+        "--tensorboard-dir",
     ):
         assert flag in text
 
@@ -101,7 +104,7 @@ def test_help_states_each_default_once(procs: Any) -> None:
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     flags = [action for action in build_parser()._actions if action.default is not argparse.SUPPRESS]
-    assert text.count("(default: ") == len(flags) == 17
+    assert text.count("(default: ") == len(flags) == 20
     assert "(default: None)" not in text
     assert "where metrics.json and the final model.pt go (default: the checkpoint dir) --epochs" in text
     assert "(default: ./checkpoints)" in text and "(default: ./.cache/mnist)" in text
@@ -156,3 +159,23 @@ def test_nccl_without_cuda_exits_2(procs: Any, mnist_root: Path, tmp_path: Path)
     assert result.stderr.splitlines() == [
         "trainer: usage: --backend=nccl needs a CUDA device and none is visible; use auto or gloo"
     ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], Path("ck/tensorboard")),
+        (["--tensorboard-dir=/runs/tb"], Path("/runs/tb")),
+        (["--tensorboard-dir=none"], None),
+        (["--tensorboard-dir=None"], None),
+    ],
+)
+def test_tensorboard_dir_defaults_beside_the_checkpoints(argv: list[str], expected: Path | None) -> None:
+    assert parse_config(["--checkpoint-dir=ck", *argv]).tensorboard_dir == expected
+
+
+def test_progress_flags_reject_what_they_cannot_use(procs: Any) -> None:
+    for flag, value in (("--log-every", "0"), ("--progress-seconds", "-1")):
+        result = procs.run("trainer", [f"{flag}={value}"])
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"trainer: usage: argument {flag}: ")

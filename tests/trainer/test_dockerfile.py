@@ -106,7 +106,15 @@ def test_runs_as_uid_1000_with_no_entrypoint(dockerfile: str) -> None:
     pinned = re.compile(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*")
     assert packages and all(pinned.fullmatch(p) for p in packages), packages
     names = {p.split("==")[0] for p in packages}
-    assert names >= {"boto3", "botocore", "s3transfer", "jmespath", "urllib3"}
+    assert names >= {"boto3", "botocore", "s3transfer", "jmespath", "urllib3", "tensorboard"}
+    # each at the version the tests ran with: constraints.txt's
+    locked = dict(
+        line.split("==", 1)
+        for line in (REPO_ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    drifted = {p for p in packages if locked.get(p.split("==")[0].lower()) != p.split("==")[1]}
+    assert not drifted, f"Dockerfile pins that differ from constraints.txt: {sorted(drifted)}"
     # numpy comes with the base image's conda environment; a pip install would replace conda's copy.
     assert "numpy" not in names
 
