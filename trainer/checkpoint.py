@@ -7,11 +7,11 @@ Files are named ``ckpt-epoch-NNNN.pt``; the newest valid one wins, the last :dat
 
 A directory holds one schedule (total optimizer steps) at a time. When a run starts with another
 schedule than its newest checkpoint's (an edit of epochs, batch size or, under weak scaling, the
-world size under the same run id), :func:`supersede` moves that schedule's checkpoints and results
-into ``superseded-<UTC time>-<steps>steps/`` beside them and the run starts afresh: nothing is
-deleted, and the old files are never resumed with a schedule they were not written for. A checkpoint
-of another model (parameter names or shapes differ: written before the model's layout changed) is
-moved aside the same way.
+world size under the same run id), :func:`supersede` moves that schedule's checkpoints, results
+and TensorBoard curves into ``superseded-<UTC time>-<steps>steps/`` beside them and the run starts
+afresh: nothing is deleted, and the old files are never resumed with a schedule they were not
+written for. A checkpoint of another model (parameter names or shapes differ: written before the
+model's layout changed) is moved aside the same way.
 """
 
 from __future__ import annotations
@@ -102,8 +102,8 @@ def newest_valid(directory: Path, report: Callable[[str], None]) -> tuple[Path, 
 
 
 def supersede(directory: Path, total_steps: int, results: Iterable[Path] = ()) -> Path:
-    """Move every checkpoint of ``directory`` and the ``results`` files that exist (metrics.json,
-    model.pt) into a new ``superseded-<UTC time>-<total_steps>steps/`` there; returns it.
+    """Move every checkpoint of ``directory`` and the ``results`` that exist (metrics.json, model.pt,
+    the TensorBoard directory) into a new ``superseded-<UTC time>-<total_steps>steps/`` there; returns it.
 
     Checkpoints go first: once they are gone, a start that crashed halfway finds only what is left
     and, with the schedule still changed, moves that too.
@@ -116,6 +116,6 @@ def supersede(directory: Path, total_steps: int, results: Iterable[Path] = ()) -
         archive = directory / f"superseded-{stamp}-{total_steps}steps-{suffix}"
     archive.mkdir(parents=True)
     for path in [*reversed(list_checkpoints(directory)), *results]:
-        if path.is_file():
+        if path.exists():
             shutil.move(str(path), str(archive / path.name))
     return archive

@@ -5,7 +5,7 @@
 Tags, each against the run's global optimizer step (:mod:`trainer.progress`):
 
     train/loss            rank 0's mean training loss over the steps since the previous point
-    train/lr              the learning rate the next step uses
+    train/lr              the learning rate of the point's last step
     train/samples_per_s   global samples per second over those steps
     test/loss             plain cross-entropy over the whole test set, at each epoch's last step
     test/accuracy         fraction in [0, 1], at each epoch's last step

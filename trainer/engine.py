@@ -70,8 +70,8 @@ def train_one_epoch(
 
     DDP all-reduces the gradients inside ``backward()``; nothing here touches them. With ``report``,
     every ``every`` steps and after the last one it is called with the steps done in this epoch,
-    this rank's mean loss over the steps since the previous call, and the learning rate the next
-    step will use. Only then is the loss read from the device; ranks without ``report`` never wait.
+    this rank's mean loss over the steps since the previous call, and the learning rate of the step
+    just taken. Only then is the loss read from the device; ranks without ``report`` never wait.
     """
     model.train()
     batches = batches.to(images.device)
@@ -84,12 +84,12 @@ def train_one_epoch(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        scheduler.step()
         loss_sum += loss.detach()
         if report is not None and (index % every == 0 or index == steps):
             total = loss_sum.item()
             report(index, (total - reported_sum) / (index - reported_at), float(scheduler.get_last_lr()[0]))
             reported_sum, reported_at = total, index
+        scheduler.step()
     total, count = all_reduce_sum([loss_sum.item(), float(len(batches))], images.device)
     return total / count
 

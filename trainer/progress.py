@@ -50,7 +50,7 @@ class Point:
     epoch: int
     epochs: int
     train_loss: float  # rank 0's mean training loss over the steps since the previous point
-    lr: float
+    lr: float  # the learning rate of the point's last step
     samples_per_s: float  # global samples per second over the steps since the previous point
     elapsed_s: float  # since the trainer started
     eta_s: float | None  # seconds to the end of training at this attempt's pace so far

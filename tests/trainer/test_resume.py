@@ -165,13 +165,14 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     old = {name: (ckpt / name).read_bytes() for name in ("ckpt-epoch-0001.pt", "metrics.json", "model.pt")}
     again = procs.run("trainer", [*base, "--epochs=2"])
     assert again.returncode == 0, again.stderr
-    (archive,) = [p for p in ckpt.iterdir() if p.is_dir()]
+    (archive,) = [p for p in ckpt.iterdir() if p.name.startswith("superseded-")]
     assert re.fullmatch(r"superseded-\d{8}T\d{6}Z-2steps", archive.name)
     assert {name: (archive / name).read_bytes() for name in old} == old
+    assert list((archive / "tensorboard").glob("events.out.tfevents.*")), "the old curves moved too"
     assert (
         f"trainer: schedule changed: {checkpoint_path(ckpt, 1)} was written by a run with 2 total steps "
-        f"(--epochs=1), this run has 4; moved that schedule's checkpoints, metrics.json and model.pt to "
-        f"{archive}; starting at epoch 1"
+        f"(--epochs=1), this run has 4; moved that schedule's checkpoints, metrics.json, model.pt and "
+        f"curves to {archive}; starting at epoch 1"
     ) in again.stdout.splitlines()
     assert [p.name for p in list_checkpoints(ckpt)] == ["ckpt-epoch-0002.pt", "ckpt-epoch-0001.pt"]
     metrics = json.loads((ckpt / "metrics.json").read_text())
@@ -179,7 +180,7 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     # Started again with the new schedule, the run is finished: nothing moves, nothing trains.
     third = procs.run("trainer", [*base, "--epochs=2"])
     assert third.returncode == 0 and "run already finished (2/2 epochs)" in third.stdout
-    assert [p for p in ckpt.iterdir() if p.is_dir()] == [archive]
+    assert [p for p in ckpt.iterdir() if p.name.startswith("superseded-")] == [archive]
 
 
 def _conv_bn_relu_pool_name(name: str) -> str:
@@ -206,11 +207,11 @@ def test_a_checkpoint_of_another_model_is_moved_aside_not_loaded(
     checkpoint.save_checkpoint(ckpt, 1, state)
     again = procs.run("trainer", base)
     assert again.returncode == 0, again.stderr
-    (archive,) = [p for p in ckpt.iterdir() if p.is_dir()]
+    (archive,) = [p for p in ckpt.iterdir() if p.name.startswith("superseded-")]
     assert re.fullmatch(r"superseded-\d{8}T\d{6}Z-4steps", archive.name)
     assert (
         f"trainer: model changed: {path} holds parameters of another model (names or shapes differ); "
-        f"moved that model's checkpoints, metrics.json and model.pt to {archive}; starting at epoch 1"
+        f"moved that model's checkpoints, metrics.json, model.pt and curves to {archive}; starting at epoch 1"
     ) in again.stdout.splitlines()
     metrics = json.loads((ckpt / "metrics.json").read_text())
     assert (metrics["resumed_from_epoch"], [h["epoch"] for h in metrics["history"]]) == (0, [1])

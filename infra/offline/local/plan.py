@@ -106,6 +106,17 @@ class JobPlan:
         where = flags.get("--output-dir") or flags.get("--checkpoint-dir")
         return Path(where) if where else None
 
+    @property
+    def curves_dir(self) -> Path | None:
+        """Where the master writes TensorBoard event files: its --tensorboard-dir, else the trainer's
+        default (CHECKPOINT_DIR/tensorboard); None when the job turned them off or is no trainer."""
+        flags = dict(a.split("=", 1) for a in self.pods[0].argv if a.startswith("--") and "=" in a)
+        if "--tensorboard-dir" in flags:
+            where = flags["--tensorboard-dir"]
+            return None if where.strip().lower() == "none" else Path(where)
+        checkpoints = flags.get("--checkpoint-dir")
+        return Path(checkpoints) / "tensorboard" if checkpoints else None
+
 
 def workloads(objects: Sequence[Mapping[str, Any]], order: Mapping[str, int]) -> list[Mapping[str, Any]]:
     """The stack's workloads (PyTorchJobs, TrainJobs and Jobs) in the order `order` gives their names

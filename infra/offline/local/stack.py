@@ -65,7 +65,24 @@ def run_rendering(
                 break
         if result.succeeded and server_pods(view.admission.pods):
             serve_model(rendering, view.admission.pods, root, {**service_env, **overrides}, job, out, serving)
+    if result.succeeded:
+        say_curves(job, out)
     return job, result
+
+
+def say_curves(job: JobPlan, out: TextIO) -> None:
+    """The last line of a successful run: the command that opens its training curves."""
+    curves = job.curves_dir
+    if curves is None or not curves.is_dir():
+        return
+    tensorboard = Path(sys.executable).with_name("tensorboard")
+    command = tensorboard if tensorboard.is_file() else Path("tensorboard")
+    print(
+        f"[local] curves: {command} --logdir {curves} --host 127.0.0.1 --port 6006, "
+        "then open http://127.0.0.1:6006",
+        file=out,
+        flush=True,
+    )
 
 
 def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
