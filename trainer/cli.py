@@ -42,7 +42,7 @@ class TrainConfig:
     train_limit: int
     export_to: str | None = None
     log_every: int = 20
-    progress_seconds: float = 10.0
+    progress_seconds: float = 5.0
     tensorboard_dir: Path | None = None
 
     @property
@@ -245,7 +245,7 @@ def build_parser() -> OneLineArgumentParser:
     add(
         "--progress-seconds",
         type=_non_negative_float,
-        default=10.0,
+        default=5.0,
         help="at most one 'progress' line (step/total, percent, samples/s, ETA) per N seconds, plus one "
         "at each epoch's end (0: a line per progress point)",
     )

@@ -25,6 +25,7 @@ from infra.program.serving import ModelServer, serve_example
 from infra.program.settings import PROJECT, Settings
 from infra.program.smoke import SmokeCheck
 from infra.program.tenancy import TeamTenancy
+from infra.program.tensorboard import TensorBoard
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
@@ -227,6 +228,11 @@ def build(
         job = IndexedJob("trainer", settings, inputs, namespace)
         kind = "job"
     ns = settings.namespace
+    board = (
+        TensorBoard("tensorboard", settings, namespace, storage.checkpoint_claim)
+        if settings.tensorboard_deploy
+        else None
+    )
     kserve = KServe("kserve", settings) if settings.kserve_install else None
     served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
     if settings.serve_kind != "none":
@@ -267,6 +273,8 @@ def build(
         "s3ReadSecretName": read_secret_name,
         "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,
+        "curvesDir": f"{names.checkpoint_dir}/tensorboard",
+        "tensorboardCommand": board.command if board else None,
         "logsCommand": training_logs(settings, names.job),
         "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",

@@ -69,8 +69,9 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
     platform = rendering.settings.stack_role == "platform"
     seed = 1 if rendering.settings.seeds_data else 0
     servers = rendering.settings.serve_replicas if rendering.settings.serve_kind != "none" else 0
+    board = 1 if rendering.settings.tensorboard_deploy else 0
     own = [p for p in view.admission.pods if p.manifest["metadata"]["namespace"] == view.namespace.name]
-    assert len(own) == (0 if platform else rendering.settings.job_nodes + seed + servers)
+    assert len(own) == (0 if platform else rendering.settings.job_nodes + seed + servers + board)
     # The rest is the post-install smoke check's, in its own namespace enforcing 'restricted' too.
     smoke = [p for p in view.admission.pods if p not in own]
     assert {p.manifest["metadata"]["namespace"] for p in smoke} <= {"ddp-mnist-smoke"}

@@ -201,6 +201,14 @@ def test_dev_stack_run_ends_with_the_served_accuracy_equal_to_metrics_json(tmp_p
     assert "s3://mnist/mnist/models/mnist-r1" in output and "SeaweedFS at http://127.0.0.1:" in output
     assert "[mnist-serve-r1-0]" in output and "stopped (SIGTERM: exit 0)" in output
     assert output.index("[local] job mnist-r1 Succeeded") < output.index("server pod mnist-serve-r1-0 Ready")
+    # It ends with the command that opens the run's curves, where the trainer wrote them.
+    curves = tmp_path / "pvc" / "ddp-mnist-checkpoints" / "mnist-r1" / "tensorboard"
+    assert list(curves.glob("events.out.tfevents.*"))
+    assert output.splitlines()[-1] == (
+        "[local] curves (the local stand-in for the stack's TensorBoard Deployment): "
+        f"{Path(sys.executable).with_name('tensorboard')} --logdir {curves} --host 127.0.0.1 --port 6006, "
+        "then open http://127.0.0.1:6006"
+    )
 
 
 def test_a_rollout_whose_new_pod_never_gets_ready_leaves_the_old_one_serving(model_a, tmp_path):

@@ -46,6 +46,7 @@ from typing import Any, TextIO
 from infra.offline.effective import EffectivePod
 from infra.offline.local.plan import LOCALHOST, _local_container, _pod_dns, local_name
 from infra.offline.local.ports import free_port
+from infra.program.tensorboard import BOARD_LABEL
 
 READY_PATH = "/v2/health/ready"
 SERVER_OWNERS = ("Deployment/", "InferenceService/")
@@ -68,7 +69,13 @@ class ServerPlan:
 
 
 def server_pods(pods: Sequence[EffectivePod]) -> list[EffectivePod]:
-    return [p for p in pods if p.owner.startswith(SERVER_OWNERS)]
+    """The model server's pods (the TensorBoard Deployment's are not: see `stack.say_curves`)."""
+    return [
+        p
+        for p in pods
+        if p.owner.startswith(SERVER_OWNERS)
+        and BOARD_LABEL not in (p.manifest["metadata"].get("labels") or {})
+    ]
 
 
 def _flag(argv: Sequence[str], name: str) -> str:

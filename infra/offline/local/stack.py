@@ -66,19 +66,22 @@ def run_rendering(
         if result.succeeded and server_pods(view.admission.pods):
             serve_model(rendering, view.admission.pods, root, {**service_env, **overrides}, job, out, serving)
     if result.succeeded:
-        say_curves(job, out)
+        say_curves(job, rendering.settings.tensorboard_deploy, out)
     return job, result
 
 
-def say_curves(job: JobPlan, out: TextIO) -> None:
-    """The last line of a successful run: the command that opens its training curves."""
+def say_curves(job: JobPlan, board: bool, out: TextIO) -> None:
+    """The last line of a successful run: the command that opens its training curves. With
+    tensorboardDeploy, that command is the local stand-in for the stack's TensorBoard Deployment,
+    which does not run here."""
     curves = job.curves_dir
     if curves is None or not curves.is_dir():
         return
     tensorboard = Path(sys.executable).with_name("tensorboard")
     command = tensorboard if tensorboard.is_file() else Path("tensorboard")
+    stand_in = " (the local stand-in for the stack's TensorBoard Deployment)" if board else ""
     print(
-        f"[local] curves: {command} --logdir {curves} --host 127.0.0.1 --port 6006, "
+        f"[local] curves{stand_in}: {command} --logdir {curves} --host 127.0.0.1 --port 6006, "
         "then open http://127.0.0.1:6006",
         file=out,
         flush=True,

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings, parse_quantity
+from infra.program.settings.serving import TENSORBOARD_REQUESTS as BOARD_REQUESTS
 
 
 def namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
@@ -23,13 +24,23 @@ def namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
             s.job_gpus_per_node,
             f"<= namespaceMaxGpusPerContainer ({s.namespace_max_gpus_per_container})",
         )
-    for name, quota, request, request_key in (
-        ("namespaceCpuQuota", s.namespace_cpu_quota, s.job_cpu_request, "jobCpuRequest"),
-        ("namespaceMemoryQuota", s.namespace_memory_quota, s.job_memory_request, "jobMemoryRequest"),
+    for name, quota, request, request_key, resource in (
+        ("namespaceCpuQuota", s.namespace_cpu_quota, s.job_cpu_request, "jobCpuRequest", "cpu"),
+        (
+            "namespaceMemoryQuota",
+            s.namespace_memory_quota,
+            s.job_memory_request,
+            "jobMemoryRequest",
+            "memory",
+        ),
     ):
-        if quota and s.job_nodes * parse_quantity(request) > parse_quantity(quota):
+        board = BOARD_REQUESTS[resource] if s.tensorboard_deploy else None
+        need = s.job_nodes * parse_quantity(request) + (parse_quantity(board) if board else 0)
+        if quota and need > parse_quantity(quota):
+            plus = f" + TensorBoard's {board} (tensorboardDeploy)" if board else ""
             yield ConfigError(
                 name,
                 quota,
-                f">= jobNodes x {request_key} ({s.job_nodes} x {request}), or its pods can never all start",
+                f">= jobNodes x {request_key} ({s.job_nodes} x {request}){plus}, or its pods can never all "
+                "start",
             )

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from infra.program.checks.errors import ConfigError
 from infra.program.checks.operators import unvendored_version
 from infra.program.settings import Settings, parse_quantity
+from infra.program.settings.serving import TENSORBOARD_REQUESTS as BOARD_REQUESTS
 from infra.program.vendored import KSERVE
 
 
@@ -29,6 +30,10 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
         )
     if s.kserve_install:
         yield from unvendored_version("kserveVersion", s.kserve_version, "kserveSource", source, KSERVE)
+    if s.tensorboard_deploy and s.stack_role == "platform":
+        yield ConfigError(
+            "tensorboardDeploy", True, "false when stackRole is platform (it runs no job to chart)"
+        )
     if s.serve_kind == "none":
         return
     if s.stack_role == "platform":
@@ -64,7 +69,7 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
         )
     # The server keeps running while the next run trains, with one extra pod during its rollout.
     servers = s.serve_replicas + 1
-    for name, quota, job_request, job_key, serve_request, serve_key in (
+    for name, quota, job_request, job_key, serve_request, serve_key, resource in (
         (
             "namespaceCpuQuota",
             s.namespace_cpu_quota,
@@ -72,6 +77,7 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
             "jobCpuRequest",
             s.serve_cpu_request,
             "serveCpuRequest",
+            "cpu",
         ),
         (
             "namespaceMemoryQuota",
@@ -80,15 +86,18 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
             "jobMemoryRequest",
             s.serve_memory_request,
             "serveMemoryRequest",
+            "memory",
         ),
     ):
+        board = BOARD_REQUESTS[resource] if s.tensorboard_deploy else None
         need = s.job_nodes * parse_quantity(job_request) + servers * parse_quantity(serve_request)
+        need += parse_quantity(board) if board else 0
         if quota and need > parse_quantity(quota):
+            plus = f" + TensorBoard's {board} (tensorboardDeploy)" if board else ""
             yield ConfigError(
                 name,
                 quota,
                 f">= jobNodes x {job_key} + (serveReplicas + 1) x {serve_key} "
-                f"({s.job_nodes} x {job_request} + {servers} x {serve_request}): the server runs while the "
-                "next run trains, one pod more "
-                "during its rollout",
+                f"({s.job_nodes} x {job_request} + {servers} x {serve_request}){plus}: the server runs while "
+                "the next run trains, one pod more during its rollout",
             )

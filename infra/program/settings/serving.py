@@ -8,6 +8,10 @@ from pydantic import field_validator
 
 from infra.program.settings.base import DNS_LABEL, SettingsGroup, key, quantity, release_tag
 
+# The TensorBoard pod's requests (infra/program/tensorboard.py); they count against the namespace's
+# quota (infra/program/checks/budget.py).
+TENSORBOARD_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+
 
 class ServingSettings(SettingsGroup):
     """The model server: its kind, model source, size, resources and callers."""
@@ -63,6 +67,15 @@ class ServingSettings(SettingsGroup):
         [],
         "Namespaces besides the stack's own whose pods may call the server (its NetworkPolicy lets in "
         "nobody else).",
+    )
+
+    tensorboard_deploy: bool = key(
+        "tensorboardDeploy",
+        False,
+        "Serve the training curves: one TensorBoard pod (the trainer image's `tensorboard`, requests 100m "
+        "CPU and 256Mi) over the checkpoint PVC, read-only, every run's tensorboard/ directory side by "
+        "side; loopback only, no Service, a NetworkPolicy that admits nothing: open it with the "
+        "tensorboardCommand output (kubectl port-forward).",
     )
 
     @field_validator("serve_cpu_request", "serve_cpu_limit", "serve_memory_request", "serve_memory_limit")
