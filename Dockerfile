@@ -29,11 +29,13 @@ ENV PYTHONUNBUFFERED=1 \
 # for s3:// data and the export), and tensorboard: torch.utils.tensorboard's writer (the run's curves)
 # and the `tensorboard` command the stack's optional TensorBoard Deployment runs. tensorboard adds
 # about 80 MB installed: tensorboard, tensorboard-data-server, protobuf, grpcio, absl-py, markdown, werkzeug,
-# markupsafe and pillow (packaging and setuptools come with the base image).
+# markupsafe and pillow (packaging comes with the base image), and setuptools 81.0.0, the last with the
+# pkg_resources that the `tensorboard` command of 2.20.0 imports (tensorboard/default.py).
 RUN pip install --no-cache-dir boto3==1.44.5 botocore==1.44.8 s3transfer==0.19.3 jmespath==1.1.0 \
         python-dateutil==2.9.0.post0 urllib3==2.8.0 six==1.17.0 \
         tensorboard==2.20.0 tensorboard-data-server==0.7.2 protobuf==5.29.6 grpcio==1.85.3 \
-        absl-py==2.5.1 markdown==3.11.3 werkzeug==3.1.9 markupsafe==3.0.4 pillow==13.0.0
+        absl-py==2.5.1 markdown==3.11.3 werkzeug==3.1.9 markupsafe==3.0.4 pillow==13.0.0 \
+        setuptools==81.0.0
 
 # uid/gid 1000 as the pods' securityContext expects (reuse them if the base already has them).
 RUN if ! getent group 1000 >/dev/null; then groupadd --gid 1000 trainer; fi \

@@ -20,7 +20,7 @@ def trainer_pins(repo_root: Path) -> dict[str, str]:
 
 def test_installed_versions_match_the_trainer_extra(procs: Any) -> None:
     pins = trainer_pins(procs.repo_root)
-    assert set(pins) == {"torch", "boto3", "numpy"}
+    assert set(pins) == {"torch", "boto3", "numpy", "tensorboard", "setuptools"}
     installed = {name: version(name).split("+")[0] for name in pins}
     assert installed == pins
 
