@@ -28,6 +28,7 @@ from infra.program.tenancy import TeamTenancy
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
+from infra.program.trainjob import status_command as trainjob_status_command
 
 if TYPE_CHECKING:
     from infra.program.runwatch import RunWatch
@@ -268,7 +269,11 @@ def build(
         "serviceAccount": identity.service_account_name,
         "checkpointDir": names.checkpoint_dir,
         "logsCommand": training_logs(settings, names.job),
-        "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
+        "statusCommand": (
+            trainjob_status_command(settings, names.job)
+            if kind == "trainjob"
+            else f"kubectl -n {ns} get {kind} {names.job} -o wide"
+        ),
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
         **smoke,
         **served,
