@@ -24,7 +24,10 @@ With `trainerProgress` the controller's Deployment gets `--feature-gates=TrainJo
 and a projected token (`pkg/runtime/framework/plugins/trainjobstatus/trainjobstatus.go`;
 `trainer/trainjob_status.py` is the client). A flag rather than an edit of the config file's ConfigMap:
 the ConfigMap is mounted by `subPath`, so an edit alone would not reach a running controller, while a
-changed pod template rolls it.
+changed pod template rolls it. With the gate the status server verifies each token against the
+cluster's service-account issuer, found by OpenID discovery when it starts (`pkg/statusserver/auth.go`
+Init; Kubernetes' bootstrap RBAC binds `system:service-account-issuer-discovery` to every service
+account); a failed discovery fails the server, which stops the whole manager.
 
 As with the training operator (`infra/program/training_operator.py`) the provider applies it
 server-side by default (upstream's instructions say `kubectl apply --server-side -k`), and a transform

@@ -4,6 +4,11 @@ statusCommand that shows the progress."""
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -141,3 +146,42 @@ def test_trainer_progress_without_trainer_is_one_line() -> None:
         "Trainer v2 (trainerInstall) or declares it present (trainerPresent): the progress report is a "
         "feature of Trainer's controller"
     )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on PATH")
+def test_kubectl_prints_the_status_commands_line_from_a_trainjob(tmp_path: Path) -> None:
+    """The statusCommand's output options, as kubectl evaluates them (offline: `label --local`), on a
+    TrainJob with the status Trainer writes, and on one with none yet."""
+    command = shlex.split(render_config({**TRAINJOB, "trainerProgress": True}).outputs["statusCommand"])
+    options = command[command.index("-o") :]
+    reported = {
+        "conditions": [{"type": "Created", "status": "True"}, {"type": "Complete", "status": "True"}],
+        "trainerStatus": {
+            "progressPercentage": 100,
+            "estimatedRemainingSeconds": 0,
+            "metrics": [{"name": "step", "value": "4"}, {"name": "test_accuracy", "value": "0.9412"}],
+            "lastUpdatedTime": "2026-11-27T06:30:00Z",
+        },
+    }
+    lines = []
+    for status in (reported, {}):
+        trainjob = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "mnist-r1", "namespace": "ddp-mnist"},
+            "status": status,
+        }
+        path = tmp_path / "trainjob.json"
+        path.write_text(json.dumps(trainjob))
+        shown = subprocess.run(
+            ["kubectl", "label", "--local", "-f", str(path), "seen=yes", *options],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        lines.append(shown.stdout)
+    assert lines == [
+        "mnist-r1 Complete progress=100% eta=0s updated=2026-11-27T06:30:00Z step=4 test_accuracy=0.9412\n",
+        "mnist-r1  progress=% eta=s updated=\n",
+    ]
