@@ -223,6 +223,9 @@ def progress_sinks(config: TrainConfig) -> list[Sink]:
         from trainer.curves import TensorBoardSink
 
         sinks.append(TensorBoardSink(config.tensorboard_dir))
+    from trainer.trainjob_status import sinks_from_env
+
+    sinks.extend(sinks_from_env())  # a TrainJob whose Trainer has the TrainJobStatus gate on
     return sinks
 
 

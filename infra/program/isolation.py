@@ -1,7 +1,8 @@
 """Least privilege for the training job: its own ServiceAccount (no token, no RBAC) and a NetworkPolicy.
 
 The NetworkPolicy selects the job's pods by `JOB_LABEL` and lets them talk only to each other (on any
-TCP port, or only the rendezvous and ephemeral ports), to cluster DNS and to the S3 endpoint.
+TCP port, or only the rendezvous and ephemeral ports), to cluster DNS and to the S3 endpoint (and, for a
+TrainJob with trainerProgress, to Kubeflow Trainer's status endpoint).
 """
 
 from __future__ import annotations
@@ -131,13 +132,30 @@ def s3_egress(s3: S3Destination) -> net.NetworkPolicyEgressRuleArgs:
     )
 
 
+def trainer_status_egress() -> net.NetworkPolicyEgressRuleArgs:
+    """Out to Kubeflow Trainer's controller pods on its status endpoint's port (trainerProgress): the
+    TrainJob progress report (`trainer/trainjob_status.py`)."""
+    from infra.program.trainer_v2 import STATUS_SERVER_PORT, TRAINER_NAMESPACE, TRAINER_POD_LABELS
+
+    controller = net.NetworkPolicyPeerArgs(
+        namespace_selector=meta.LabelSelectorArgs(match_labels={NAMESPACE_NAME_LABEL: TRAINER_NAMESPACE}),
+        pod_selector=meta.LabelSelectorArgs(match_labels=TRAINER_POD_LABELS),
+    )
+    return net.NetworkPolicyEgressRuleArgs(
+        to=[controller], ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=STATUS_SERVER_PORT)]
+    )
+
+
 def network_policy_spec(settings: Settings, names: JobNames) -> net.NetworkPolicySpecArgs:
-    """Ingress only from the same job's pods; egress only to them, to DNS and to the S3 endpoint."""
+    """Ingress only from the same job's pods; egress only to them, to DNS, to the S3 endpoint and, for a
+    TrainJob reporting its progress, to Trainer's status endpoint."""
     peers = [net.NetworkPolicyPeerArgs(pod_selector=job_pods(names))]
     egress = [dns_egress(settings), net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings))]
     s3 = s3_destination(settings)
     if s3 is not None:
         egress.append(s3_egress(s3))
+    if settings.job_kind == "trainjob" and settings.trainer_progress:
+        egress.append(trainer_status_egress())
     return net.NetworkPolicySpecArgs(
         pod_selector=job_pods(names),
         policy_types=["Ingress", "Egress"],

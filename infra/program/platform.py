@@ -2,8 +2,9 @@
 
 A platform (or 'all') stack exports `platform`: the facts of what it installed: the training operator
 (version, the init container image it gives PyTorchJob Workers, that its template meets Pod Security
-'restricted'), Kubeflow Trainer v2 (version), KServe (version), and what the platform team declares of
-the cluster's Kueue (`kueuePyTorchJobIntegration`). A job stack that names it (`platformStack`, a
+'restricted'), Kubeflow Trainer v2 (version, and whether its progress report is on: trainerProgress),
+KServe (version), and what the platform team declares of the cluster's Kueue
+(`kueuePyTorchJobIntegration`). A job stack that names it (`platformStack`, a
 Pulumi stack reference) reads that output instead of trusting its own declarations:
 
 - each declaration the job stack leaves at its default is taken from the facts;
@@ -35,6 +36,7 @@ DECLARATIONS = (
     "operator_init_container_restricted",
     "operator_init_container_image",
     "trainer_present",
+    "trainer_progress",
     "kserve_present",
     "kueue_pytorchjob_integration",
 )
@@ -68,7 +70,7 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         "schema": SCHEMA,
         "project": PROJECT,
         "operator": operator,
-        "trainer": _part(settings.trainer_install, settings.trainer_present, settings.trainer_version),
+        "trainer": _trainer(settings),
         "kserve": _part(settings.kserve_install, settings.kserve_present, settings.kserve_version),
         "kueue": {"pytorchjobIntegration": settings.kueue_pytorchjob_integration},
         "priorityClasses": sorted(settings.priority_class_values),
@@ -87,6 +89,12 @@ def _storage_classes(settings: Settings) -> dict[str, str]:
         return {}
     mode = "WaitForFirstConsumer" if binds_at_first_consumer(settings) else "Immediate"
     return {settings.storage_class_name: mode, data_class_name(settings): mode}
+
+
+def _trainer(settings: Settings) -> dict[str, Any] | None:
+    """Kubeflow Trainer v2 as `_part` says, and whether its TrainJobStatus gate is on (trainerProgress)."""
+    part = _part(settings.trainer_install, settings.trainer_present, settings.trainer_version)
+    return None if part is None else {**part, "progress": settings.trainer_progress}
 
 
 def _part(installed: bool, present: bool, version: str) -> dict[str, str] | None:
@@ -120,6 +128,7 @@ def _derived(settings: Settings, found: Mapping[str, Any]) -> dict[str, Any]:
             operator["initContainerImage"] if operator else settings.operator_init_container_image
         ),
         "trainer_present": found.get("trainer") is not None,
+        "trainer_progress": bool((found.get("trainer") or {}).get("progress")),
         "kserve_present": found.get("kserve") is not None,
         "kueue_pytorchjob_integration": bool((found.get("kueue") or {}).get("pytorchjobIntegration")),
         **_team_facts(settings, found),

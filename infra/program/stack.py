@@ -29,6 +29,7 @@ from infra.program.tensorboard import TensorBoard
 from infra.program.trainer_v2 import TrainerV2
 from infra.program.training_operator import TrainingOperator
 from infra.program.trainjob import TrainJob
+from infra.program.trainjob import status_command as trainjob_status_command
 
 if TYPE_CHECKING:
     from infra.program.runwatch import RunWatch
@@ -276,7 +277,11 @@ def build(
         "curvesDir": f"{names.checkpoint_dir}/tensorboard",
         "tensorboardCommand": board.command if board else None,
         "logsCommand": training_logs(settings, names.job),
-        "statusCommand": f"kubectl -n {ns} get {kind} {names.job} -o wide",
+        "statusCommand": (
+            trainjob_status_command(settings, names.job)
+            if kind == "trainjob"
+            else f"kubectl -n {ns} get {kind} {names.job} -o wide"
+        ),
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
         **smoke,
         **served,

@@ -16,6 +16,19 @@ download, checked by its sha256 before it is applied (`infra/program/vendored.py
 names another kustomize source. Either way it is the kustomize Directory `trainer-v2-manifests`, so the
 objects keep their Pulumi names whichever source a stack used before.
 
+With `trainerProgress` the controller's Deployment gets `--feature-gates=TrainJobStatus=true`
+(v2.3.0 `cmd/trainer-controller-manager/main.go`: the flag overrides the config file's `featureGates`;
+`pkg/features/features.go`: alpha, off by default). The controller then serves its status endpoint on
+`statusServer.port` 10443 of the vendored config (`pkg/statusserver`), behind the Service port
+`status-server` the manifests already carry, and gives every trainer container the endpoint's URL, CA
+and a projected token (`pkg/runtime/framework/plugins/trainjobstatus/trainjobstatus.go`;
+`trainer/trainjob_status.py` is the client). A flag rather than an edit of the config file's ConfigMap:
+the ConfigMap is mounted by `subPath`, so an edit alone would not reach a running controller, while a
+changed pod template rolls it. With the gate the status server verifies each token against the
+cluster's service-account issuer, found by OpenID discovery when it starts (`pkg/statusserver/auth.go`
+Init; Kubernetes' bootstrap RBAC binds `system:service-account-issuer-discovery` to every service
+account); a failed discovery fails the server, which stops the whole manager.
+
 As with the training operator (`infra/program/training_operator.py`) the provider applies it
 server-side by default (upstream's instructions say `kubectl apply --server-side -k`), and a transform
 keeps every CRD when the stack is destroyed: deleting the TrainJob CRD deletes every team's TrainJobs.
@@ -36,6 +49,17 @@ from infra.program.vendored import TRAINER, vendored
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
 JOBSET_DEPLOYMENT = "jobset-controller-manager"
 MANAGER_CONTAINER = "manager"  # the container of both Deployments
+PROGRESS_GATE = "--feature-gates=TrainJobStatus=true"
+# Where the controller serves the status endpoint: its pods (the Deployment's selector labels) and port
+# (vendored `controller_manager_config.yaml`, `statusServer.port`); the job's NetworkPolicy lets its pods
+# reach them with trainerProgress.
+TRAINER_NAMESPACE = "kubeflow-system"
+TRAINER_POD_LABELS = {
+    "app.kubernetes.io/component": "manager",
+    "app.kubernetes.io/name": "trainer",
+    "app.kubernetes.io/part-of": "kubeflow",
+}
+STATUS_SERVER_PORT = 10443
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
 # The webhook certificate Secrets the manifests create empty and the controllers' own certificate
 # managers fill (Trainer v2.3.0 `certManagement` in its config; JobSet v0.12.0 its cert-controller): the
@@ -64,13 +88,26 @@ def with_image(props: dict[str, Any], image: str) -> dict[str, Any]:
     return deployment
 
 
+def with_progress_gate(props: dict[str, Any]) -> dict[str, Any]:
+    """The controller's Deployment with the TrainJobStatus feature gate on (a new dict)."""
+    import copy
+
+    deployment = copy.deepcopy(props)
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    manager = next(c for c in containers if c["name"] == MANAGER_CONTAINER)
+    manager["args"] = [*(manager.get("args") or []), PROGRESS_GATE]
+    return deployment
+
+
 def trainer_transform(
     settings: Settings,
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """A transform for the overlay's children: keeps the CRDs on destroy (or adopts kept ones,
-    `trainerAdoptCrds`), leaves the webhook certificates' data to the controllers that write it, and
-    points the two controllers at the mirror's images when set. Everything else passes unchanged."""
+    `trainerAdoptCrds`), leaves the webhook certificates' data to the controllers that write it,
+    points the two controllers at the mirror's images when set, and turns the TrainJobStatus gate on
+    with `trainerProgress`. Everything else passes unchanged."""
     images = mirrored_images(settings)
+    changed = set(images) | ({TRAINER_DEPLOYMENT} if settings.trainer_progress else set())
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         props: dict[str, Any] = dict(args.props)
@@ -79,9 +116,13 @@ def trainer_transform(
         name = (props.get("metadata") or {}).get("name")
         if args.type_ == SECRET_TYPE and name in CERT_SECRETS:
             return cert_secret(args)
-        if args.type_ != DEPLOYMENT_TYPE or name not in images:
+        if args.type_ != DEPLOYMENT_TYPE or name not in changed:
             return None
-        return pulumi.ResourceTransformResult(props=with_image(props, images[name]), opts=args.opts)
+        if name in images:
+            props = with_image(props, images[name])
+        if name == TRAINER_DEPLOYMENT and settings.trainer_progress:
+            props = with_progress_gate(props)
+        return pulumi.ResourceTransformResult(props=props, opts=args.opts)
 
     return transform
 

@@ -57,6 +57,25 @@ RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER
 PERMANENT_RULE = "FailJobSetOnPermanentExit"  # JobSet rule names: ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$
 
 
+def status_command(settings: Settings, name: str) -> str:
+    """`statusCommand` of a TrainJob: `-o wide`, or with trainerProgress one line of its state (the CRD's
+    own State column, `.status.conditions[-1:].type`) and the progress rank 0 last reported,
+    `status.trainerStatus` (v2.3.0 `pkg/apis/trainer/v1alpha1/trainjob_types.go` TrainerStatus: percent,
+    seconds left, when, and each metric as name=value). kubectl's jsonpath prints a missing field empty."""
+    get = f"kubectl -n {settings.namespace} get trainjob {name}"
+    if not settings.trainer_progress:
+        return f"{get} -o wide"
+    status = ".status.trainerStatus"
+    fields = (
+        "{.metadata.name} {.status.conditions[-1:].type}"
+        f" progress={{{status}.progressPercentage}}% eta={{{status}.estimatedRemainingSeconds}}s"
+        f" updated={{{status}.lastUpdatedTime}}"
+        f"{{range {status}.metrics[*]}} {{.name}}={{.value}}{{end}}"
+        '{"\\n"}'
+    )
+    return f"{get} -o jsonpath='{fields}'"
+
+
 def node_job_spec(settings: Settings, template: Any) -> dict[str, Any]:
     """The `node` replicatedJob's Job: one index per node, failing at its first failed pod."""
     nodes = settings.job_nodes

@@ -201,7 +201,7 @@ def test_a_platform_stack_that_patches_kubeflows_operator_exports_it_restricted(
 
 def test_what_a_platform_declares_present_it_exports_without_a_version():
     found = facts_of(operatorPatchExisting=True, trainerPresent=True, kservePresent=True)
-    assert found["trainer"] == {"version": ""} and found["kserve"] == {"version": ""}
+    assert found["trainer"] == {"version": "", "progress": False} and found["kserve"] == {"version": ""}
     queued = {"jobKind": "trainjob", "jobQueueName": "team", "jobClusterQueue": "gpu", "serveKind": "kserve"}
     taken = take(queued, found)  # an unknown version is not held against the job
     assert taken.trainer_present and taken.kserve_present

@@ -36,6 +36,13 @@ def trainer_install(s: Settings, _: bool) -> Iterator[ConfigError]:
             "true when jobKind is trainjob and trainerInstall is false: declare that Kubeflow Trainer v2 "
             "(with JobSet) is in the cluster, e.g. from the platform stack, or set trainerInstall true",
         )
+    if s.trainer_progress and not (s.trainer_install or s.trainer_present):
+        yield ConfigError(
+            "trainerProgress",
+            True,
+            "false unless this stack installs Kubeflow Trainer v2 (trainerInstall) or declares it present "
+            "(trainerPresent): the progress report is a feature of Trainer's controller",
+        )
 
 
 TRAINER_MIN_KUBERNETES = (1, 31)

@@ -170,6 +170,16 @@ class TrainerV2Settings(SettingsGroup):
         "Image of the JobSet controller the Trainer v2 overlay installs (a mirror for air-gapped "
         "clusters), pinned; empty keeps the overlay's own (registry.k8s.io/jobset/jobset:v0.12.0).",
     )
+    trainer_progress: bool = key(
+        "trainerProgress",
+        False,
+        "Training progress in each TrainJob's status: with trainerInstall, turns on Trainer v2's alpha "
+        "TrainJobStatus feature gate (the controller then serves its status endpoint on port 10443 and "
+        "gives the trainer's pods its URL, CA and a token), so rank 0 reports percent, time left and its "
+        "metrics into status.trainerStatus, shown by the stack's statusCommand. On a job stack it "
+        "declares that the cluster's Trainer has the gate on (taken from platformStack when set) and "
+        "lets the job's pods reach the endpoint.",
+    )
     allow_both_operators: bool = key(
         "allowBothOperators",
         False,
