@@ -213,7 +213,32 @@ def run_info(run: Run, first_epoch: int) -> RunInfo:
         global_batch=plan.global_batch,
         world_size=run.env.world_size,
         backend=run.backend,
+        params=run_params(run),
     )
+
+
+def run_params(run: Run) -> dict[str, Any]:
+    """The settings that shape the result, as an experiment tracker records them."""
+    config, plan = run.config, run.plan
+    return {
+        "data": config.data,
+        "train_limit": config.train_limit,
+        "epochs": config.epochs,
+        "batch_size": config.batch_size,
+        "scaling": config.scaling,
+        "per_rank_batch": plan.per_rank_batch,
+        "global_batch": plan.global_batch,
+        "steps_per_epoch": plan.steps_per_epoch,
+        "lr": config.lr,
+        "lr_scaling": config.lr_scaling,
+        "peak_lr": run.lr,
+        "weight_decay": config.weight_decay,
+        "label_smoothing": config.label_smoothing,
+        "seed": config.seed,
+        "world_size": run.env.world_size,
+        "backend": run.backend,
+        "device": str(run.device),
+    }
 
 
 def progress_sinks(config: TrainConfig) -> list[Sink]:
@@ -226,6 +251,11 @@ def progress_sinks(config: TrainConfig) -> list[Sink]:
     from trainer.trainjob_status import sinks_from_env
 
     sinks.extend(sinks_from_env())  # a TrainJob whose Trainer has the TrainJobStatus gate on
+    from trainer.mlflow_sink import mlflow_sinks
+
+    sinks.extend(
+        mlflow_sinks(os.environ, config.output_dir, config.checkpoint_dir)
+    )  # MLFLOW_TRACKING_URI set
     return sinks
 
 
