@@ -84,14 +84,15 @@ test-fast: $(VENV)/.installed
 
 # The real-server tier of MLflow logging (tests/trainer/test_mlflow_server.py): a tracking server in its
 # own environment, .venv-mlflow (about 850 MB with the server's dependencies, so never in .venv or the
-# image; its protobuf 7 would not meet kserve's pin either). `make test` runs the tier when it exists and
+# image; its protobuf 7 would not meet kserve's pin either), at the versions constraints/mlflow-server.txt
+# records. `make test` runs the tier when it exists and
 # skips it, saying why, when not.
 MLFLOW_SERVER_VERSION := 3.17.2
 MLFLOW_VENV := .venv-mlflow
 
-$(MLFLOW_VENV)/.installed:
+$(MLFLOW_VENV)/.installed: constraints/mlflow-server.txt
 	$(PYTHON) -m venv $(MLFLOW_VENV)
-	$(MLFLOW_VENV)/bin/pip install -q "mlflow==$(MLFLOW_SERVER_VERSION)"
+	$(MLFLOW_VENV)/bin/pip install -q -c constraints/mlflow-server.txt "mlflow==$(MLFLOW_SERVER_VERSION)"
 	touch $@
 
 mlflow-server-env: $(MLFLOW_VENV)/.installed

@@ -21,6 +21,7 @@ from infra.program.checks import ConfigError, first_violation
 from infra.program.platform import assume_platform_provides
 from infra.program.settings import PROJECT, SECRET_KEYS, Settings
 from infra.program.settings.base import KEY_PAIRS
+from infra.program.settings.tracking import URL_KEYS
 
 
 @dataclass(frozen=True)
@@ -134,10 +135,10 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
     except ValidationError as exc:
         error = exc.errors()[0]
         alias = str(error["loc"][0])
-        secret = f"{prefix}{alias}" in secret_keys
-        raise ConfigError(
-            alias, values.get(alias, error.get("input")), _allowed(error), secret=secret
-        ) from None
+        shown = values.get(alias, error.get("input"))
+        # A URL with user info may hold a password: such a value is never shown either.
+        secret = f"{prefix}{alias}" in secret_keys or (alias in URL_KEYS and "@" in str(shown))
+        raise ConfigError(alias, shown, _allowed(error), secret=secret) from None
     # The schema gives the key pair an empty default (Pulumi requires a default for optional keys).
     for pair in KEY_PAIRS:
         given = [k for k in pair if raw.get(f"{prefix}{k}")]

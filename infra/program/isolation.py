@@ -48,35 +48,50 @@ def public_internet() -> list[net.NetworkPolicyPeerArgs]:
 
 
 @dataclass(frozen=True)
-class S3Destination:
-    """Where the trainer's S3 client connects: a port, and the namespace when it is an in-cluster Service."""
+class Destination:
+    """A server the pods connect to: a port, and the namespace when it is an in-cluster Service."""
 
     port: int
     namespace: str | None
 
 
-def s3_destination(settings: Settings) -> S3Destination | None:
-    """The S3 endpoint as a NetworkPolicy can express it, or None when no endpoint is configured.
+def destination(host: str, port: int, namespace: str) -> Destination:
+    """`host` as a NetworkPolicy can express it. For an in-cluster Service the rule's peers are pods (a
+    namespace selector) and a NetworkPolicy port is "a numerical or named port on a pod"
+    (networking/v1 NetworkPolicyPort), so a Service whose port differs from its targetPort needs the
+    targetPort (minioEgressPort, mlflowEgressPort) while the client keeps dialling the Service's port.
 
-    The port is `minioEgressPort` when set, else the endpoint's. For an in-cluster endpoint the rule's
-    peers are pods (a namespace selector) and a NetworkPolicy port is "a numerical or named port on a
-    pod" (networking/v1 NetworkPolicyPort), so a Service whose port differs from its targetPort needs
-    the targetPort here while the client keeps dialling the Service's port.
-
-    `minio` (one label) is a Service of the job's own namespace; `minio.storage.svc` and
+    `minio` (one label) is a Service of the job's own `namespace`; `minio.storage.svc` and
     `minio.storage.svc.cluster.local` are Services of namespace `storage`; anything else is outside the
     cluster's Service names, so only its port can be restricted.
     """
+    parts = host.split(".")
+    if len(parts) == 1:
+        return Destination(port, namespace)
+    if len(parts) >= 3 and parts[2] == "svc":
+        return Destination(port, parts[1])
+    return Destination(port, None)
+
+
+def s3_destination(settings: Settings) -> Destination | None:
+    """The S3 endpoint, or None when no endpoint is configured; the port is `minioEgressPort` when set,
+    else the endpoint's."""
     if not settings.minio_endpoint:
         return None
     host, _, port = settings.minio_endpoint.partition(":")
     number = settings.minio_egress_port or (int(port) if port else (443 if settings.minio_tls else 80))
-    parts = host.split(".")
-    if len(parts) == 1:
-        return S3Destination(number, settings.namespace)
-    if len(parts) >= 3 and parts[2] == "svc":
-        return S3Destination(number, parts[1])
-    return S3Destination(number, None)
+    return destination(host, number, settings.namespace)
+
+
+def tracking_destination(settings: Settings) -> Destination | None:
+    """The MLflow tracking server, or None without mlflowTrackingUri; the port is `mlflowEgressPort`
+    when set, else the URI's, else 80 for http and 443 for https."""
+    if not settings.mlflow_tracking_uri:
+        return None
+    scheme, _, rest = settings.mlflow_tracking_uri.partition("://")
+    host, _, port = rest.split("/", 1)[0].partition(":")
+    number = settings.mlflow_egress_port or (int(port) if port else (443 if scheme == "https" else 80))
+    return destination(host, number, settings.namespace)
 
 
 def job_pods(names: JobNames) -> meta.LabelSelectorArgs:
@@ -123,12 +138,12 @@ def dns_egress(settings: Settings) -> net.NetworkPolicyEgressRuleArgs:
     )
 
 
-def s3_egress(s3: S3Destination) -> net.NetworkPolicyEgressRuleArgs:
-    """Out to the S3 endpoint's pods (their namespace) on `minioEgressPort`; with no `to` for an endpoint
-    outside the cluster: any address, on that port only."""
+def egress_to(server: Destination) -> net.NetworkPolicyEgressRuleArgs:
+    """Out to the server's pods (their namespace) on its port; with no `to` for a server outside the
+    cluster: any address, on that port only."""
     return net.NetworkPolicyEgressRuleArgs(
-        to=[namespace_peer(s3.namespace)] if s3.namespace else None,
-        ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=s3.port)],
+        to=[namespace_peer(server.namespace)] if server.namespace else None,
+        ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=server.port)],
     )
 
 
@@ -147,13 +162,16 @@ def trainer_status_egress() -> net.NetworkPolicyEgressRuleArgs:
 
 
 def network_policy_spec(settings: Settings, names: JobNames) -> net.NetworkPolicySpecArgs:
-    """Ingress only from the same job's pods; egress only to them, to DNS, to the S3 endpoint and, for a
-    TrainJob reporting its progress, to Trainer's status endpoint."""
+    """Ingress only from the same job's pods; egress only to them, to DNS, to the S3 endpoint, to the
+    MLflow tracking server and, for a TrainJob reporting its progress, to Trainer's status endpoint."""
     peers = [net.NetworkPolicyPeerArgs(pod_selector=job_pods(names))]
     egress = [dns_egress(settings), net.NetworkPolicyEgressRuleArgs(to=peers, ports=peer_ports(settings))]
     s3 = s3_destination(settings)
     if s3 is not None:
-        egress.append(s3_egress(s3))
+        egress.append(egress_to(s3))
+    tracking = tracking_destination(settings)
+    if tracking is not None:
+        egress.append(egress_to(tracking))
     if settings.job_kind == "trainjob" and settings.trainer_progress:
         egress.append(trainer_status_egress())
     return net.NetworkPolicySpecArgs(

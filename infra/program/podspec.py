@@ -111,7 +111,32 @@ def _env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[core
             core.EnvVarArgs(name="TORCH_NCCL_ASYNC_ERROR_HANDLING", value="1"),
             core.EnvVarArgs(name="NCCL_DEBUG", value="WARN"),
         ]
-    return env + s3_env(settings, secret_name)
+    return env + s3_env(settings, secret_name) + tracking_env(settings)
+
+
+# What the trainer's MLflow client reads for credentials (trainer/mlflow_rest.py).
+TRACKING_SECRET_KEYS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+
+
+def tracking_env(settings: Settings) -> list[core.EnvVarArgs]:
+    """MLFLOW_TRACKING_URI (mlflowTrackingUri), and the credentials as optional references to the keys
+    of mlflowExistingSecret: a token, or a username and password, whichever the Secret holds."""
+    if not settings.mlflow_tracking_uri:
+        return []
+    env = [core.EnvVarArgs(name="MLFLOW_TRACKING_URI", value=settings.mlflow_tracking_uri)]
+    if settings.mlflow_existing_secret:
+        env += [
+            core.EnvVarArgs(
+                name=var,
+                value_from=core.EnvVarSourceArgs(
+                    secret_key_ref=core.SecretKeySelectorArgs(
+                        name=settings.mlflow_existing_secret, key=var, optional=True
+                    )
+                ),
+            )
+            for var in TRACKING_SECRET_KEYS
+        ]
+    return env
 
 
 def with_user_env(env: list[core.EnvVarArgs], entries: Sequence[str]) -> list[core.EnvVarArgs]:

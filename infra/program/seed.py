@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.isolation import dns_egress, job_pods, public_internet, s3_destination, s3_egress
+from infra.program.isolation import dns_egress, egress_to, job_pods, public_internet, s3_destination
 from infra.program.jobs import (
     logs_command,
     no_wait_annotations,
@@ -137,7 +137,7 @@ def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
     egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.seed_source == "s3" else None
     if s3 is not None:
-        egress.append(s3_egress(s3))
+        egress.append(egress_to(s3))
     else:
         to = [
             net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c))

@@ -40,7 +40,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.isolation import dns_egress, namespace_peer, s3_destination, s3_egress
+from infra.program.isolation import dns_egress, egress_to, namespace_peer, s3_destination
 from infra.program.jobs import CustomResourceWithStatus
 from infra.program.meta import JobNames, labels
 from infra.program.podspec import (
@@ -223,7 +223,7 @@ def network_policy_spec(settings: Settings, serve: ServeNames) -> net.NetworkPol
     egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.serve_model_source == "s3" else None
     if s3 is not None:
-        egress.append(s3_egress(s3))
+        egress.append(egress_to(s3))
     return net.NetworkPolicySpecArgs(
         pod_selector=server_pods(serve),
         policy_types=["Ingress", "Egress"],

@@ -332,6 +332,24 @@ BAD_CONFIGS = [
         {"kserveVersion": "0.20"},
         "config ddp-mnist:kserveVersion=0.20 is invalid: must be a release tag vMAJOR.MINOR.PATCH such as v1.9.4",
     ),
+    (
+        {"mlflowTrackingUri": "file:///mlruns"},
+        "config ddp-mnist:mlflowTrackingUri=file:///mlruns is invalid: must be an http(s)://host[:port][/path] URL "
+        "without credentials, query or fragment (credentials go in mlflowExistingSecret)",
+    ),
+    (
+        {"mlflowTrackingUri": "http://ann:CANARY-pw@mlflow:5000"},
+        "config ddp-mnist:mlflowTrackingUri=[secret] is invalid: must be an http(s)://host[:port][/path] URL "
+        "without credentials, query or fragment (credentials go in mlflowExistingSecret)",
+    ),
+    (
+        {"mlflowExistingSecret": "mlflow-token"},
+        "config ddp-mnist:mlflowExistingSecret=mlflow-token is invalid: must be empty without mlflowTrackingUri",
+    ),
+    (
+        {"mlflowEgressPort": 5000},
+        "config ddp-mnist:mlflowEgressPort=5000 is invalid: must be 0 without mlflowTrackingUri",
+    ),
 ]
 
 

@@ -17,6 +17,7 @@ from infra.program.checks import (
     serving,
     storage,
     tenancy,
+    tracking,
     trainer_v2,
 )
 from infra.program.checks.errors import Check, ConfigError
@@ -35,6 +36,7 @@ CHECKS: tuple[Check, ...] = (
     s3.object_store,
     s3.existing_secret,
     s3.ca_bundle,
+    tracking.tracking,
     operators.operator_source,
     job.scheduling,
     interconnect.interconnect,

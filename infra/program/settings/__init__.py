@@ -39,6 +39,7 @@ from infra.program.settings.seed import SeedSettings
 from infra.program.settings.serving import KServeSettings, ServingSettings
 from infra.program.settings.storage import StorageSettings
 from infra.program.settings.tenancy import TenancySettings
+from infra.program.settings.tracking import TrackingSettings
 
 __all__ = [
     "SMOKE_NAMESPACE",
@@ -65,6 +66,7 @@ class Settings(
     KServeSettings,
     ServingSettings,
     JobUserSettings,
+    TrackingSettings,
     NetworkSettings,
     RendezvousSettings,
     QueueSettings,
