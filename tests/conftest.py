@@ -15,7 +15,11 @@ from _pytest.mark.expression import Expression
 TESTS = Path(__file__).resolve().parent
 if str(TESTS.parent / "policy") not in sys.path:
     sys.path.append(str(TESTS.parent / "policy"))
-TIERS = {TESTS / "e2e": "e2e", TESTS / "e2e_local": "e2e_local"}
+TIERS = {
+    TESTS / "e2e": "e2e",
+    TESTS / "e2e_local": "e2e_local",
+    TESTS / "trainer" / "test_mlflow_server.py": "mlflow_server",
+}
 E2E_DIR = TESTS / "e2e"
 
 
@@ -35,8 +39,8 @@ def selects_e2e(markexpr: str) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave each cluster tier out of every run whose `-m` does not select it, so `make test` neither
-    imports nor counts it."""
+    """Leave each tier out of every run whose `-m` does not select it (the cluster tiers, the real MLflow
+    server's), so `make test` neither imports nor counts it."""
     marker = TIERS.get(collection_path)
     if marker is not None and not selects(config.option.markexpr, marker):
         return True
