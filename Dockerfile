@@ -49,6 +49,16 @@ COPY trainer/ /app/trainer/
 # Bytecode compiled at build time: the root filesystem is read-only at run time.
 RUN python -m compileall -q /app/trainer
 
+# What the image was built from: `make image` (release/image.py) and the release workflow pass the
+# commit and the build time. They are the OCI labels and, in the env, what the trainer writes into each
+# run's lineage.json (trainer/lineage.py); "unknown" when a build passes none.
+ARG SOURCE_COMMIT=unknown
+ARG BUILD_TIME=unknown
+LABEL org.opencontainers.image.revision="${SOURCE_COMMIT}" \
+      org.opencontainers.image.created="${BUILD_TIME}"
+ENV DDP_MNIST_SOURCE_COMMIT="${SOURCE_COMMIT}" \
+    DDP_MNIST_BUILD_TIME="${BUILD_TIME}"
+
 USER 1000:1000
 
 # No ENTRYPOINT: the pod's command is `python -m trainer.launch`. Running the image bare shows help.

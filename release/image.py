@@ -5,6 +5,11 @@
                                                    and provenance attestations; prints the pushed
                                                    reference by digest, the value for `jobImage`
 
+Both pass the build arguments SOURCE_COMMIT (`git rev-parse HEAD`, with `-dirty` when the work tree has
+changes; `unknown` without git) and BUILD_TIME (UTC, from SOURCE_DATE_EPOCH when it is set, as reproducible
+builds do): the Dockerfile makes them the OCI labels `org.opencontainers.image.revision`/`created` and the
+env the trainer copies into each run's lineage.json.
+
 The digest comes from Buildx's `--metadata-file` (`containerimage.digest`), the digest of what the
 registry now holds, so the printed reference names exactly the pushed content. Standard library only:
 it runs with any python3, no virtual environment. The CI release (`.github/workflows/release.yml`) builds
@@ -17,12 +22,14 @@ Buildx wrote no digest; 2 a usage error (no REGISTRY); 4 docker or its buildx pl
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +61,44 @@ def pushed_reference(reference: str, metadata: Mapping[str, Any]) -> str:
     return f"{reference}@{digest}"
 
 
+def source_commit() -> str:
+    """The commit the image is built from (`-dirty` with uncommitted changes); `unknown` without git."""
+    if shutil.which("git") is None:
+        return "unknown"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if head.returncode != 0:
+        return "unknown"
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return head.stdout.strip() + ("-dirty" if status.stdout.strip() else "")
+
+
+def build_time(environ: Mapping[str, str]) -> str:
+    """RFC 3339 UTC: SOURCE_DATE_EPOCH's time when set (reproducible-builds.org), else now."""
+    epoch = environ.get("SOURCE_DATE_EPOCH", "")
+    when = datetime.fromtimestamp(int(epoch), UTC) if epoch.isdigit() else datetime.now(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_args() -> list[str]:
+    """`--build-arg` for the Dockerfile's SOURCE_COMMIT and BUILD_TIME."""
+    return [
+        "--build-arg",
+        f"SOURCE_COMMIT={source_commit()}",
+        "--build-arg",
+        f"BUILD_TIME={build_time(os.environ)}",
+    ]
+
+
 def build_command(image: str, *, push: bool, metadata: Path | None = None) -> list[str]:
     """The `docker buildx build` command line: loaded into the local docker, or pushed with attestations."""
     command = ["docker", "buildx", "build", "--platform", PLATFORM, "--file", "Dockerfile", "--tag", image]
+    command += build_args()
     if push:
         command += ["--push", "--sbom=true", "--provenance=mode=max"]
     else:

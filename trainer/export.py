@@ -2,7 +2,8 @@
 
     s3://BUCKET/PREFIX/model.pt       the output dir's model.pt
     s3://BUCKET/PREFIX/metrics.json   the output dir's metrics.json
-    s3://BUCKET/PREFIX/SHA256SUMS     sha256sum format, of the two; uploaded last
+    s3://BUCKET/PREFIX/lineage.json   the output dir's lineage.json (a run older than it has none)
+    s3://BUCKET/PREFIX/SHA256SUMS     sha256sum format, of those; uploaded last
 
 Rank 0 exports once the process group is gone: every rank has passed the final barrier and the
 others have exited 0, so a slow or failing upload never holds a collective open, and its error is
@@ -22,17 +23,20 @@ from pathlib import Path
 from typing import Any
 
 from trainer.errors import DataError, ExportError, S3CredentialsError, S3UnreachableError, TrainerError
-from trainer.metrics import METRICS_FILE, MODEL_FILE
+from trainer.metrics import LINEAGE_FILE, METRICS_FILE, MODEL_FILE
 from trainer.mnist_files import SUMS_FILE, format_sums, parse_sums
 from trainer.s3 import S3Location, classify, error_code, make_client, open_object
 
 EXPORTED = (MODEL_FILE, METRICS_FILE)
+# Exported when the output dir has it: a run finished before lineage.json existed has none.
+OPTIONAL = (LINEAGE_FILE,)
 
 
 def export_model(
     output_dir: Path, destination: str, finished_before: bool, say: Callable[[str], None]
 ) -> None:
-    """Upload ``output_dir``'s model.pt and metrics.json, then their SHA256SUMS, to ``destination``.
+    """Upload ``output_dir``'s model.pt, metrics.json and lineage.json, then their SHA256SUMS, to
+    ``destination``.
 
     For a run that had already finished (``finished_before``) it first checks the destination and
     uploads only when it does not hold this run's export yet.
@@ -53,15 +57,19 @@ def export_model(
         for name, data in payload.items():
             put(client, location, name, data)
         put(client, location, SUMS_FILE, format_sums(sums).encode())
-    say(f"exported model.pt, metrics.json and {SUMS_FILE} to {folder}")
+    say(f"exported {', '.join(payload)} and {SUMS_FILE} to {folder}")
 
 
 def local_files(output_dir: Path) -> dict[str, bytes]:
     """The bytes to upload, read once: what is hashed is what is sent."""
     try:
-        return {name: (output_dir / name).read_bytes() for name in EXPORTED}
+        payload = {name: (output_dir / name).read_bytes() for name in EXPORTED}
+        for name in OPTIONAL:
+            if (output_dir / name).is_file():
+                payload[name] = (output_dir / name).read_bytes()
     except OSError as error:
         raise ExportError(f"model export: cannot read {error.filename} ({error.strerror})") from None
+    return payload
 
 
 def why_not_exported(
@@ -69,9 +77,9 @@ def why_not_exported(
 ) -> str | None:
     """None when ``location`` holds this run's export, else why not (for the retry line).
 
-    This run's export: a SHA256SUMS naming this model.pt, and a metrics.json that matches it and has
-    this run's figures. Restarts of the finished run append to the local metrics.json's ``restarts``
-    only, so those are left out of the comparison.
+    This run's export: a SHA256SUMS naming this model.pt (and this lineage.json, which a restart never
+    rewrites), and a metrics.json that matches it and has this run's figures. Restarts of the finished
+    run append to the local metrics.json's ``restarts`` only, so those are left out of the comparison.
     """
     remote_sums = read(client, location, SUMS_FILE)
     if remote_sums is None:
@@ -82,6 +90,9 @@ def why_not_exported(
         return f"its {SUMS_FILE} is unreadable"
     if listed.get(MODEL_FILE) != sums[MODEL_FILE]:
         return f"its {SUMS_FILE} does not list this run's model.pt"
+    for name in OPTIONAL:
+        if name in sums and listed.get(name) != sums[name]:
+            return f"its {SUMS_FILE} does not list this run's {name}"
     if listed.get(METRICS_FILE) == sums[METRICS_FILE]:
         return None
     remote_metrics = read(client, location, METRICS_FILE)

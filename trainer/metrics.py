@@ -8,7 +8,7 @@ import json
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +22,7 @@ from trainer.mnist_files import SUMS_FILE, format_sums
 
 METRICS_FILE = "metrics.json"
 MODEL_FILE = "model.pt"
+LINEAGE_FILE = "lineage.json"  # trainer.lineage writes its content
 
 
 @dataclass(frozen=True)
@@ -108,21 +109,34 @@ def summary(history: list[EpochRecord], extra: dict[str, Any]) -> dict[str, Any]
 
 
 def export_results(
-    output_dir: Path, module: nn.Module, history: list[EpochRecord], extra: dict[str, Any]
+    output_dir: Path,
+    module: nn.Module,
+    history: list[EpochRecord],
+    extra: dict[str, Any],
+    lineage: Callable[[str, dict[str, Any]], bytes] | None = None,
 ) -> None:
-    """Write ``model.pt`` (the unwrapped module's state_dict), SHA256SUMS and metrics.json, atomically.
+    """Write ``model.pt`` (the unwrapped module's state_dict), lineage.json, SHA256SUMS and
+    metrics.json, each atomically, in that order.
 
-    SHA256SUMS (``sha256sum`` format) lists model.pt only, so ``sha256sum -c`` and
-    ``python -m trainer.serve --model-uri <output dir>`` can verify the model; metrics.json is left
-    out because a restart of the finished run appends to it.
+    ``lineage`` makes lineage.json's bytes from model.pt's sha256 and metrics.json's content
+    (:mod:`trainer.lineage`); without it no lineage.json is written. SHA256SUMS (``sha256sum``
+    format) lists model.pt and lineage.json, so ``sha256sum -c`` and ``python -m trainer.serve
+    --model-uri <output dir>`` can verify them; metrics.json is left out because a restart of the
+    finished run appends to it. metrics.json goes last: a run is finished only once it is there
+    (:mod:`trainer.finished`), so a crash before it exports everything again.
     """
     buffer = io.BytesIO()
     torch.save({name: t.contiguous() for name, t in module.state_dict().items()}, buffer)
     model_bytes = buffer.getvalue()
     atomic_write_bytes(output_dir / MODEL_FILE, model_bytes)
-    sums = format_sums({MODEL_FILE: hashlib.sha256(model_bytes).hexdigest()})
-    atomic_write_bytes(output_dir / SUMS_FILE, sums.encode())
-    atomic_write_json(output_dir / METRICS_FILE, summary(history, extra))
+    sums = {MODEL_FILE: hashlib.sha256(model_bytes).hexdigest()}
+    metrics = summary(history, extra)
+    if lineage is not None:
+        lineage_bytes = lineage(sums[MODEL_FILE], metrics)
+        atomic_write_bytes(output_dir / LINEAGE_FILE, lineage_bytes)
+        sums[LINEAGE_FILE] = hashlib.sha256(lineage_bytes).hexdigest()
+    atomic_write_bytes(output_dir / SUMS_FILE, format_sums(sums).encode())
+    atomic_write_json(output_dir / METRICS_FILE, metrics)
 
 
 def record_restart(output_dir: Path, history: list[EpochRecord], restart: dict[str, Any]) -> bool:

@@ -21,6 +21,7 @@ from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
 from trainer.errors import PeerLostError, write_line
 from trainer.metrics import (
+    LINEAGE_FILE,
     METRICS_FILE,
     MODEL_FILE,
     EpochRecord,
@@ -192,6 +193,7 @@ def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[i
     moved = "its files"
     if run.env.is_main:
         results = [config.output_dir / METRICS_FILE, config.output_dir / MODEL_FILE]
+        results.append(config.output_dir / LINEAGE_FILE)
         if config.tensorboard_dir is not None:
             results.append(config.tensorboard_dir)
         moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
@@ -356,7 +358,11 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
             log(run.env, f"kept {metrics_path} and model.pt of the finished run; recorded this restart")
         else:
             export_results(
-                run.config.output_dir, run.module, history, results(run, resumed_from, checksums, rss)
+                run.config.output_dir,
+                run.module,
+                history,
+                results(run, resumed_from, checksums, rss),
+                partial(lineage_bytes, run, resumed_from),
             )
             log(run.env, f"wrote {metrics_path} and model.pt")
     dist.wait_for_all_ranks()
@@ -382,6 +388,24 @@ def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float])
         "peak_rss_mib_per_rank": rss,
         "restarts": [],
     }
+
+
+def lineage_bytes(run: Run, resumed_from: int, model_sha256: str, summary: dict[str, Any]) -> bytes:
+    """lineage.json for :func:`trainer.metrics.export_results` (see :mod:`trainer.lineage`)."""
+    from trainer import lineage
+
+    return lineage.encode(
+        lineage.record(
+            run.config,
+            model_sha256=model_sha256,
+            summary=summary,
+            world_size=run.env.world_size,
+            backend=run.backend,
+            device=str(run.device),
+            started_unix=run.clock.started_unix,
+            resumed_from_epoch=resumed_from,
+        )
+    )
 
 
 def restart_record(run: Run, resumed_from: int) -> dict[str, Any]:

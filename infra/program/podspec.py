@@ -139,6 +139,16 @@ def tracking_env(settings: Settings) -> list[core.EnvVarArgs]:
     return env
 
 
+def lineage_env(settings: Settings, names: JobNames) -> list[core.EnvVarArgs]:
+    """What the trainer records in lineage.json about where it ran (trainer/lineage.py reads these
+    names): the stack, the job and the image as the pod names it (by digest when jobImage pins one)."""
+    return [
+        core.EnvVarArgs(name="DDP_MNIST_STACK", value=pulumi.get_stack()),
+        core.EnvVarArgs(name="DDP_MNIST_JOB", value=names.job),
+        core.EnvVarArgs(name="DDP_MNIST_IMAGE", value=settings.job_image),
+    ]
+
+
 def with_user_env(env: list[core.EnvVarArgs], entries: Sequence[str]) -> list[core.EnvVarArgs]:
     """`env` with jobExtraEnv's `NAME=value` entries appended, each replacing a variable of the same name
     (NCCL_DEBUG; the checks refuse the names the bundle derives from other keys)."""
@@ -376,7 +386,9 @@ def pod_template(
         image_pull_policy=settings.image_pull_policy,
         command=command,
         args=args,
-        env=with_user_env([*_env(settings, secret_name), *extra_env], settings.job_extra_env),
+        env=with_user_env(
+            [*_env(settings, secret_name), *lineage_env(settings, names), *extra_env], settings.job_extra_env
+        ),
         ports=[core.ContainerPortArgs(name=PORT_NAME, container_port=settings.job_master_port)],
         resources=_resources(settings),
         volume_mounts=mounts,

@@ -17,7 +17,7 @@ from infra.program.device_plugin import NvidiaDevicePlugin
 from infra.program.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
 from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
 from infra.program.kserve import KServe
-from infra.program.meta import JOB_LABEL, job_names, labels
+from infra.program.meta import JOB_LABEL, JobNames, job_names, labels
 from infra.program.operator_patch import ExistingOperatorPatch
 from infra.program.podspec import model_export_uri
 from infra.program.seed import DataSeed
@@ -276,6 +276,7 @@ def build(
         "checkpointDir": names.checkpoint_dir,
         "curvesDir": f"{names.checkpoint_dir}/tensorboard",
         "tensorboardCommand": board.command if board else None,
+        "lineage": lineage_location(settings, names, storage.checkpoint_claim),
         "logsCommand": training_logs(settings, names.job),
         "statusCommand": (
             trainjob_status_command(settings, names.job)
@@ -285,6 +286,18 @@ def build(
         "podsCommand": f"kubectl -n {ns} get pods -l {JOB_LABEL}={names.job} -o wide",
         **smoke,
         **served,
+    }
+
+
+def lineage_location(
+    settings: Settings, names: JobNames, claim: pulumi.Input[str]
+) -> dict[str, pulumi.Input[object]]:
+    """Where the run's lineage.json lies (trainer/lineage.py): beside model.pt in the checkpoint dir on
+    the checkpoint claim, and in the export when jobModelExport is on."""
+    return {
+        "claim": claim,
+        "path": f"{names.checkpoint_dir}/lineage.json",
+        "s3": f"{model_export_uri(settings, names)}/lineage.json" if settings.job_model_export else None,
     }
 
 

@@ -62,6 +62,13 @@ def test_the_image_is_built_once_with_sbom_and_max_provenance_and_pushed():
     assert (build["with"]["context"], build["with"]["file"]) == (".", "Dockerfile")
     assert build["with"]["tags"] == f"{IMAGE_NAME}:${{{{ steps.names.outputs.version }}}}"
     assert "org.opencontainers.image.revision=${{ github.sha }}" in build["with"]["labels"]
+    created = "${{ steps.names.outputs.created }}"
+    assert f"org.opencontainers.image.created={created}" in build["with"]["labels"]
+    # The Dockerfile's build arguments: the same commit and time, which each run's lineage.json records.
+    assert build["with"]["build-args"].splitlines() == [
+        "SOURCE_COMMIT=${{ github.sha }}",
+        f"BUILD_TIME={created}",
+    ]
     login = _uses("docker/login-action")
     assert login["with"]["registry"] == "ghcr.io"
     assert login["with"]["password"] == "${{ secrets.GITHUB_TOKEN }}"
@@ -137,7 +144,9 @@ def test_the_image_name_is_lowercase_and_the_version_is_the_tag_without_v(tmp_pa
         _step(id="names")["run"], {"OWNER": "DDP-Mnist", "TAG": tag, "GITHUB_OUTPUT": str(output)}, tmp_path
     )
     assert result.returncode == 0, result.stderr
-    assert output.read_text() == f"image=ghcr.io/ddp-mnist/trainer\nversion={version}\n"
+    image, version_line, created = output.read_text().splitlines()
+    assert (image, version_line) == ("image=ghcr.io/ddp-mnist/trainer", f"version={version}")
+    assert re.fullmatch(r"created=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created)
 
 
 @pytest.mark.parametrize("tag", ["v1.2", "version-1", "v1.2.3/../x", "vlatest"])

@@ -434,6 +434,10 @@ def test_the_job_stacks_point_at_the_fixtures():
         "/checkpoints/mnist-r1",
         f"s3://{cluster.BUCKET}/{cluster.PREFIX}/models/mnist-r1",
     )
+    assert (outputs["lineage"]["path"], outputs["lineage"]["s3"]) == (
+        "/checkpoints/mnist-r1/lineage.json",
+        f"s3://{cluster.BUCKET}/{cluster.PREFIX}/models/mnist-r1/lineage.json",
+    )
     assert {c["ddp-mnist:namespace"] for c in STACKS.values() if "ddp-mnist:namespace" in c} == {
         "ddp-mnist-e2e",
         "ddp-mnist-e2e-indexed",

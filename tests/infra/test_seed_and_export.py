@@ -11,7 +11,7 @@ import pytest
 from infra.offline.cluster import cluster_view
 from infra.offline.manifest import RecordingMocks, run_program
 from infra.program.checks import ConfigError
-from tests.infra.conftest import BASE, by_kind, render_config, stack_config
+from tests.infra.conftest import BASE, by_kind, pod_templates, render_config, stack_config
 
 # An existing Secret needs a namespace prepared beforehand (createNamespace false).
 S3 = {
@@ -283,3 +283,29 @@ def test_on_a_zonal_class_the_seed_runs_on_the_jobs_nodes():
             assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu"}
             assert "podAntiAffinity" not in spec["affinity"] and "nodeAffinity" in spec["affinity"]
             assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])
+
+
+@pytest.mark.parametrize("job_kind", ["pytorchjob", "indexed-job", "trainjob"])
+def test_every_training_pod_tells_the_trainer_its_stack_job_and_image_for_lineage(job_kind):
+    """trainer/lineage.py records these in lineage.json; the stack output `lineage` says where it lies."""
+    image = "registry.example.com/team/ddp-mnist/trainer:dev@sha256:" + "ab" * 32
+    values = {**S3, "jobKind": job_kind, "jobImage": image, "jobModelExport": True, "minioBucket": "models"}
+    if job_kind == "trainjob":
+        values |= {"trainerPresent": True, "kubernetesVersion": "1.31"}
+    rendering = render_config(values)
+    for template in pod_templates(rendering):
+        (container,) = template["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        stack = template["metadata"]["labels"]["app.kubernetes.io/instance"]
+        assert (env["DDP_MNIST_STACK"], env["DDP_MNIST_JOB"], env["DDP_MNIST_IMAGE"]) == (
+            stack,
+            "mnist-r1",
+            image,
+        )
+    outputs = rendering.outputs
+    assert outputs["lineage"] == {
+        "claim": outputs["checkpointClaim"],
+        "path": "/checkpoints/mnist-r1/lineage.json",
+        "s3": "s3://models/mnist/models/mnist-r1/lineage.json",
+    }
+    assert render_config({}).outputs["lineage"]["s3"] is None  # no export, the claim alone

@@ -68,8 +68,13 @@ fi
 """
 
 
+# 2026-11-27T06:00:00Z: SOURCE_DATE_EPOCH fixes the build time, as reproducible builds do.
+EPOCH = "1795759200"
+BUILD_ARGS = "--build-arg SOURCE_COMMIT=unknown --build-arg BUILD_TIME=2026-11-27T06:00:00Z"
+
+
 def _make(tmp_path: Path, docker: str | None, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": str(_bin(tmp_path, docker)), "HOME": str(tmp_path)}
+    env = {"PATH": str(_bin(tmp_path, docker)), "HOME": str(tmp_path), "SOURCE_DATE_EPOCH": EPOCH}
     return subprocess.run(
         ["make", "--no-print-directory", f"PYTHON={sys.executable}", *args],
         cwd=ROOT,
@@ -89,7 +94,8 @@ def test_make_image_loads_a_linux_amd64_build_tagged_image(tmp_path):
     assert result.returncode == 0, result.stderr
     assert _calls(tmp_path) == [
         "buildx version",
-        "buildx build --platform linux/amd64 --file Dockerfile --tag acme/trainer:0.2.0 --load .",
+        "buildx build --platform linux/amd64 --file Dockerfile --tag acme/trainer:0.2.0 "
+        f"{BUILD_ARGS} --load .",
     ]
     assert result.stdout.splitlines()[-1] == "built acme/trainer:0.2.0 (linux/amd64) into the local docker"
 
@@ -104,7 +110,8 @@ def test_make_image_push_prints_the_pushed_reference_by_digest(tmp_path):
     assert version == "buildx version"
     assert re.fullmatch(
         "buildx build --platform linux/amd64 --file Dockerfile --tag registry.example.com/team/ddp-mnist/"
-        r"trainer:dev --push --sbom=true --provenance=mode=max --metadata-file \S+/metadata.json \.",
+        f"trainer:dev {BUILD_ARGS} "
+        r"--push --sbom=true --provenance=mode=max --metadata-file \S+/metadata.json \.",
         push,
     )
 
@@ -203,3 +210,20 @@ def test_the_make_targets_run_the_script_with_the_default_image(target, command)
         env={"PATH": os.environ["PATH"]},
     )
     assert dry.stdout == command + "\n"
+
+
+def test_the_build_arguments_name_the_commit_and_the_build_time(monkeypatch) -> None:
+    """With git on PATH: the checkout's HEAD (`-dirty` while tracked files have changes)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+    assert image.build_args() == [
+        "--build-arg",
+        f"SOURCE_COMMIT={head.stdout.strip()}{'-dirty' if dirty else ''}",
+        "--build-arg",
+        "BUILD_TIME=2026-11-27T06:00:00Z",
+    ]
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", image.build_time({}))

@@ -73,7 +73,7 @@ def in_process(output_dir: Path, images: torch.Tensor) -> torch.Tensor:
         return torch.softmax(module(normalise(images.unsqueeze(1))), dim=1)
 
 
-def test_health_and_metadata_follow_the_protocol(server: ServeProcess) -> None:
+def test_health_and_metadata_follow_the_protocol(server: ServeProcess, trained: Path) -> None:
     assert server.call("GET", "/v2/health/live") == (200, {"live": True})
     assert server.call("GET", "/v2/health/ready") == (200, {"ready": True})
     assert server.call("GET", "/v2") == (
@@ -92,6 +92,11 @@ def test_health_and_metadata_follow_the_protocol(server: ServeProcess) -> None:
             {"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]},
             {"name": "labels", "datatype": "INT64", "shape": [-1]},
         ],
+        # The run's lineage.json verbatim, as SHA256SUMS lists it (a parameter's value is a scalar).
+        "parameters": {
+            "lineage": (trained / "lineage.json").read_text(),
+            "lineage_sha256": hashlib.sha256((trained / "lineage.json").read_bytes()).hexdigest(),
+        },
     }
     assert metadata["platform"] in ("", *PLATFORMS)  # the protocol's names, or none
     assert server.call("GET", f"/v2/models/mnist/versions/{MODEL_VERSION}") == (200, metadata)
@@ -251,7 +256,7 @@ def test_a_smaller_body_limit_is_honoured(trained: Path) -> None:
 
 def copy_run(trained: Path, target: Path) -> Path:
     target.mkdir()
-    for name in ("model.pt", "metrics.json", "SHA256SUMS"):
+    for name in ("model.pt", "metrics.json", "lineage.json", "SHA256SUMS"):
         shutil.copy(trained / name, target / name)
     return target
 
@@ -282,7 +287,7 @@ def test_the_model_is_not_ready_until_it_is_loaded_and_verified(trained: Path, t
     sha = hashlib.sha256((trained / "model.pt").read_bytes()).hexdigest()
     assert out.splitlines() == [
         f"trainer.serve: serving model mnist version {MODEL_VERSION} from {run} "
-        f"(model.pt sha256 {sha} verified against SHA256SUMS) on http://127.0.0.1:{slow.port}"
+        f"(model.pt sha256 {sha} and lineage.json verified against SHA256SUMS) on http://127.0.0.1:{slow.port}"
     ]
 
 
@@ -391,7 +396,7 @@ def s3_client(s3: Any) -> Any:
 def upload(s3: Any, trained: Path, bucket: str, prefix: str) -> str:
     client = s3_client(s3)
     client.create_bucket(Bucket=bucket)
-    for name in ("model.pt", "metrics.json", "SHA256SUMS"):
+    for name in ("model.pt", "metrics.json", "lineage.json", "SHA256SUMS"):
         client.put_object(Bucket=bucket, Key=f"{prefix}{name}", Body=(trained / name).read_bytes())
     return f"s3://{bucket}/{prefix}"
 
@@ -421,9 +426,10 @@ def test_wrong_s3_credentials_exit_4_with_one_line(s3_server: Any, trained: Path
     assert "not-the-secret" not in err
 
 
-def test_the_trainer_writes_a_sha256sums_of_its_model(trained: Path) -> None:
+def test_the_trainer_writes_a_sha256sums_of_its_model_and_lineage(trained: Path) -> None:
     digest = hashlib.sha256((trained / "model.pt").read_bytes()).hexdigest()
-    assert (trained / "SHA256SUMS").read_text() == f"{digest}  model.pt\n"
+    lineage = hashlib.sha256((trained / "lineage.json").read_bytes()).hexdigest()
+    assert (trained / "SHA256SUMS").read_text() == f"{lineage}  lineage.json\n{digest}  model.pt\n"
 
 
 def test_free_port_helper_is_usable() -> None:
@@ -484,7 +490,11 @@ def test_the_file_names_are_the_trainer_s() -> None:
     from trainer import metrics, mnist_files
     from trainer.serve import config as serve
 
-    assert (serve.MODEL_FILE, serve.SUMS_FILE) == (metrics.MODEL_FILE, mnist_files.SUMS_FILE)
+    assert (serve.MODEL_FILE, serve.LINEAGE_FILE, serve.SUMS_FILE) == (
+        metrics.MODEL_FILE,
+        metrics.LINEAGE_FILE,
+        mnist_files.SUMS_FILE,
+    )
 
 
 def test_concurrent_clients_each_get_their_own_answers(server: ServeProcess) -> None:

@@ -122,3 +122,23 @@ def test_binary_requests_that_do_not_add_up_get_one_line_400s(server: ServeProce
             "POST", f"/v2/models/{MODEL}/infer", body, {"Inference-Header-Content-Length": str(length)}
         )
         assert status == 400 and message in reply["error"], (message, reply)
+
+
+def test_both_clients_parse_the_metadata_with_its_lineage_parameter(
+    server: ServeProcess, trained: Path
+) -> None:
+    """The metadata's `parameters` (the run's lineage) is read by tritonclient's get_model_metadata and
+    fits KServe's own metadata and parameter models (kserve 0.16.0 `protocol/rest/v2_datamodels.py`:
+    its REST client has no metadata call, so its server's response model stands in for it)."""
+    from kserve.protocol.rest.v2_datamodels import ModelMetadataResponse, Parameters
+    from pydantic import TypeAdapter
+
+    lineage = (trained / "lineage.json").read_text()
+    client = triton.InferenceServerClient(url=f"127.0.0.1:{server.port}")
+    metadata = client.get_model_metadata(MODEL)
+    client.close()
+    assert json.loads(metadata["parameters"]["lineage"]) == json.loads(lineage)
+    parsed = ModelMetadataResponse.model_validate(metadata)
+    assert [o.name for o in parsed.outputs] == ["probabilities", "labels"]
+    parameters = TypeAdapter(Parameters).validate_python(metadata["parameters"])
+    assert parameters["lineage"] == lineage

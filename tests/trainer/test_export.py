@@ -51,9 +51,12 @@ def _args(mnist_root: Path, ckpt: Path, export_to: str) -> list[str]:
 
 
 def _files(ckpt: Path) -> dict[str, tuple[bytes, int]]:
-    """Bytes and mtime of every file the run keeps, but metrics.json (a restart appends to it)."""
+    """Bytes and mtime of every file the run keeps, but metrics.json (a restart appends to it); the
+    tensorboard/ directory beside them is not a file."""
     return {
-        p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in ckpt.iterdir() if p.name != "metrics.json"
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in ckpt.iterdir()
+        if p.is_file() and p.name != "metrics.json"
     }
 
 
@@ -69,17 +72,25 @@ def test_the_model_metrics_and_sums_land_under_the_prefix(
     result = procs.run("trainer", _args(mnist_root, ckpt, url), env=s3_server.env())
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-1] == (
-        f"trainer: exported model.pt, metrics.json and SHA256SUMS to {url}/"
+        f"trainer: exported model.pt, metrics.json, lineage.json and SHA256SUMS to {url}/"
     )
     objects = _objects(s3_server, "models", "team/models/run-a/")
     prefix = "team/models/run-a/"
-    assert sorted(objects) == [f"{prefix}SHA256SUMS", f"{prefix}metrics.json", f"{prefix}model.pt"]
-    local = {name: (ckpt / name).read_bytes() for name in ("model.pt", "metrics.json")}
+    names = ("SHA256SUMS", "lineage.json", "metrics.json", "model.pt")
+    assert sorted(objects) == [f"{prefix}{name}" for name in names]
+    local = {name: (ckpt / name).read_bytes() for name in ("model.pt", "metrics.json", "lineage.json")}
     assert _sha256(objects[f"{prefix}model.pt"]) == _sha256(local["model.pt"])
     assert objects[f"{prefix}metrics.json"] == local["metrics.json"]
+    assert objects[f"{prefix}lineage.json"] == local["lineage.json"]
     assert objects[f"{prefix}SHA256SUMS"].decode() == (
+        f"{_sha256(local['lineage.json'])}  lineage.json\n"
         f"{_sha256(local['metrics.json'])}  metrics.json\n{_sha256(local['model.pt'])}  model.pt\n"
     )
+    # The output dir's own SHA256SUMS: the model and its lineage (metrics.json changes on a restart).
+    assert (ckpt / "SHA256SUMS").read_text() == (
+        f"{_sha256(local['lineage.json'])}  lineage.json\n{_sha256(local['model.pt'])}  model.pt\n"
+    )
+    assert json.loads(local["lineage.json"])["model"]["sha256"] == _sha256(local["model.pt"])
     assert json.loads(local["metrics.json"])["final_test_accuracy"] > 0.9
 
 
@@ -104,7 +115,7 @@ def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_trainin
     )
     assert "peer lost" not in rejected.stdout + rejected.stderr
     kept, figures = _files(ckpt), _figures(ckpt)
-    assert sorted(kept) == ["SHA256SUMS", "ckpt-epoch-0001.pt", "model.pt"]
+    assert sorted(kept) == ["SHA256SUMS", "ckpt-epoch-0001.pt", "lineage.json", "model.pt"]
     assert figures["world_size"] == 2
 
     closed = f"http://127.0.0.1:{procs.free_port()}"
@@ -122,7 +133,7 @@ def test_a_failed_export_keeps_the_run_and_a_restart_finishes_it_without_trainin
     assert retried.stdout.splitlines()[-3:] == [
         f"trainer: kept {ckpt / 'metrics.json'} and model.pt of the finished run; recorded this restart",
         f"trainer: retrying the export of the finished run to {url}/: no SHA256SUMS there yet",
-        f"trainer: exported model.pt, metrics.json and SHA256SUMS to {url}/",
+        f"trainer: exported model.pt, metrics.json, lineage.json and SHA256SUMS to {url}/",
     ]
     assert _files(ckpt) == kept and _figures(ckpt) == figures
     objects = _objects(s3_server, "models", "team/models/run-b/")

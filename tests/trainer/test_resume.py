@@ -162,7 +162,8 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     ckpt = tmp_path / "ckpt"
     base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512", "--batch-size=256"]
     assert procs.run("trainer", [*base, "--epochs=1"]).returncode == 0
-    old = {name: (ckpt / name).read_bytes() for name in ("ckpt-epoch-0001.pt", "metrics.json", "model.pt")}
+    moved = ("ckpt-epoch-0001.pt", "metrics.json", "model.pt", "lineage.json")
+    old = {name: (ckpt / name).read_bytes() for name in moved}
     again = procs.run("trainer", [*base, "--epochs=2"])
     assert again.returncode == 0, again.stderr
     (archive,) = [p for p in ckpt.iterdir() if p.name.startswith("superseded-")]

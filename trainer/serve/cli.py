@@ -36,7 +36,8 @@ code  meaning
 1     internal error (a bug)
 2     bad flags
 3     model missing or corrupt: no model.pt or SHA256SUMS, SHA256SUMS does not list model.pt,
-      sha256 mismatch, or model.pt is not this model's state_dict
+      sha256 mismatch, or model.pt is not this model's state_dict; a lineage.json that SHA256SUMS
+      lists is missing, does not match, or names another model.pt
 4     S3 credentials missing or rejected
 5     S3 endpoint unreachable
 8     cannot listen on --host/--port (address in use, not permitted)
@@ -71,12 +72,20 @@ from trainer.serve.config import (
     DEFAULT_MAX_REQUESTS,
     DEFAULT_PORT,
     DEFAULT_REQUEST_TIMEOUT_S,
+    LINEAGE_FILE,
     PROG,
     SUMS_FILE,
     ServeConfig,
     body_limit,
 )
-from trainer.serve.load import load_module, read_model_files, verify, verify_against_job
+from trainer.serve.load import (
+    load_module,
+    read_lineage,
+    read_model_files,
+    verify,
+    verify_against_job,
+    verify_lineage_against_job,
+)
 from trainer.serve.protocol import Model
 from trainer.serve.server import EXIT_LISTEN, ServeError, open_server
 
@@ -224,10 +233,13 @@ def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) 
             torch.set_num_threads(config.threads)
         model_bytes, sums_text, where = read_model_files(config.model_uri)
         sha256 = verify(model_bytes, sums_text, where)
+        lineage = read_lineage(config.model_uri, sums_text, where, sha256)
         if config.sums_from:
             verify_against_job(sha256, where, config.sums_from)
+            verify_lineage_against_job(lineage, where, config.sums_from)
         model.module = load_module(model_bytes, where)
         model.sha256 = sha256
+        model.lineage = lineage
     except TrainerError as error:
         write_line(error.one_line(PROG))
         outcome.append(error.exit_code)
@@ -241,7 +253,9 @@ def load(model: Model, address: str, stop: threading.Event, outcome: list[int]) 
     model.loaded.set()
     write_line(
         f"{PROG}: serving model {config.model_name} version {config.model_version} from {where} "
-        f"(model.pt sha256 {sha256} verified against {SUMS_FILE}"
+        f"(model.pt sha256 {sha256}"
+        + (f" and {LINEAGE_FILE}" if lineage else "")
+        + f" verified against {SUMS_FILE}"
         + (f" and the job's {config.sums_from}" if config.sums_from else "")
         + f") on {address}",
         sys.stdout,

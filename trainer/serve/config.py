@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PROG = "trainer.serve"
-# trainer.metrics.MODEL_FILE and trainer.mnist_files.SUMS_FILE (a test keeps them equal), named here so that
-# flags are checked and the port opens before torch is imported.
+# trainer.metrics.MODEL_FILE and LINEAGE_FILE and trainer.mnist_files.SUMS_FILE (a test keeps them equal),
+# named here so that flags are checked and the port opens before torch is imported.
 MODEL_FILE = "model.pt"
+LINEAGE_FILE = "lineage.json"
 SUMS_FILE = "SHA256SUMS"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BATCH = 256

@@ -63,6 +63,8 @@ class Model:
     config: ServeConfig
     module: Any = None
     sha256: str = ""
+    # lineage.json's text and sha256, verified against SHA256SUMS (trainer.serve.load.read_lineage).
+    lineage: tuple[str, str] | None = None
     loaded: threading.Event = field(default_factory=threading.Event)
     draining: threading.Event = field(default_factory=threading.Event)
 
@@ -85,7 +87,22 @@ class Model:
                 {"name": "probabilities", "datatype": "FP32", "shape": [-1, CLASSES]},
                 {"name": "labels", "datatype": "INT64", "shape": [-1]},
             ],
-        }
+        } | self.lineage_parameters()
+
+    def lineage_parameters(self) -> dict[str, Any]:
+        """``parameters`` with lineage.json's text, verbatim (its sha256 is the one SHA256SUMS lists),
+        once a model that has one is loaded; nothing otherwise.
+
+        The protocol's metadata response names no ``parameters`` (inference_rest.md "Model Metadata
+        Response JSON Object", commit 011728e) and its OpenAPI schema allows more properties
+        (open_inference_rest.yaml `metadata_model_response`); a parameter's value is a string, number
+        or boolean (KServe's `InferParameter`, kserve 0.16.0 `kserve/protocol/rest/v2_datamodels.py`),
+        so the record travels as its JSON text.
+        """
+        if self.lineage is None or not self.loaded.is_set():
+            return {}
+        text, sha256 = self.lineage
+        return {"parameters": {"lineage": text, "lineage_sha256": sha256}}
 
     def infer(self, request: Any) -> dict[str, Any]:
         """The V2 inference response for a decoded request body, or an HttpError."""

@@ -20,13 +20,15 @@ BASELINE_CAPABILITIES = frozenset(
     }
 )  # fmt: skip
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-# What the trainer container's env holds already (infra/program/podspec.py, rendezvous_env, s3_env).
+# What the trainer container's env holds already (infra/program/podspec.py, rendezvous_env, s3_env,
+# lineage_env).
 BUNDLE_ENV = frozenset(
     {
         "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "HOME", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "AWS_ENDPOINT_URL",
         "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MASTER_ADDR", "MASTER_PORT",
         "NNODES", "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK", "PET_NNODES", "PET_NODE_RANK",
         "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NPROC_PER_NODE",
+        "DDP_MNIST_STACK", "DDP_MNIST_JOB", "DDP_MNIST_IMAGE",
     }
 )  # fmt: skip
 # Where the container's own volumes are mounted (a host path may not shadow them).
