@@ -192,15 +192,13 @@ def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[i
     config = run.config
     moved = "its files"
     if run.env.is_main:
-        results = [config.output_dir / METRICS_FILE, config.output_dir / MODEL_FILE]
-        results.append(config.output_dir / LINEAGE_FILE)
+        results = [config.output_dir / name for name in (METRICS_FILE, MODEL_FILE, LINEAGE_FILE)]
         if config.tensorboard_dir is not None:
             results.append(config.tensorboard_dir)
         moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
     log(
         run.env,
-        f"{why}; moved {whose} checkpoints, metrics.json, model.pt and curves to {moved}; "
-        "starting at epoch 1",
+        f"{why}; moved {whose} checkpoints, results and curves to {moved}; starting at epoch 1",
     )
     return 0, []
 

@@ -172,8 +172,8 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     assert list((archive / "tensorboard").glob("events.out.tfevents.*")), "the old curves moved too"
     assert (
         f"trainer: schedule changed: {checkpoint_path(ckpt, 1)} was written by a run with 2 total steps "
-        f"(--epochs=1), this run has 4; moved that schedule's checkpoints, metrics.json, model.pt and "
-        f"curves to {archive}; starting at epoch 1"
+        f"(--epochs=1), this run has 4; moved that schedule's checkpoints, results and curves "
+        f"to {archive}; starting at epoch 1"
     ) in again.stdout.splitlines()
     assert [p.name for p in list_checkpoints(ckpt)] == ["ckpt-epoch-0002.pt", "ckpt-epoch-0001.pt"]
     metrics = json.loads((ckpt / "metrics.json").read_text())
@@ -212,7 +212,7 @@ def test_a_checkpoint_of_another_model_is_moved_aside_not_loaded(
     assert re.fullmatch(r"superseded-\d{8}T\d{6}Z-4steps", archive.name)
     assert (
         f"trainer: model changed: {path} holds parameters of another model (names or shapes differ); "
-        f"moved that model's checkpoints, metrics.json, model.pt and curves to {archive}; starting at epoch 1"
+        f"moved that model's checkpoints, results and curves to {archive}; starting at epoch 1"
     ) in again.stdout.splitlines()
     metrics = json.loads((ckpt / "metrics.json").read_text())
     assert (metrics["resumed_from_epoch"], [h["epoch"] for h in metrics["history"]]) == (0, [1])
