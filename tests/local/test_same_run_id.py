@@ -161,12 +161,17 @@ def test_a_failed_export_is_retried_to_completion_by_rank_0_alone(kind, tmp_path
         model = client.get_object(Bucket="mnist", Key="mnist/models/mnist-r1/model.pt")["Body"].read()
     first, retry = output.split("exited with 205", 1)
     assert "model export failed: " in first  # the first export: endpoint down
-    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == ["SHA256SUMS", "metrics.json", "model.pt"]
+    assert sorted(o["Key"].rsplit("/", 1)[1] for o in listed) == [
+        "SHA256SUMS",
+        "lineage.json",
+        "metrics.json",
+        "model.pt",
+    ]
     assert job.output_dir is not None and model == (job.output_dir / "model.pt").read_bytes()
     # The retry: rank 0 exports without torchrun (no rendezvous, no training), nothing else runs.
     assert "launch: run already finished (" in retry and "retrying its export alone" in retry
     assert "trainer: " not in retry and "waiting for master" not in retry
-    assert "exported model.pt, metrics.json and SHA256SUMS" in retry
+    assert "exported model.pt, metrics.json, lineage.json and SHA256SUMS" in retry
     if kind == "trainjob":  # JobSet restarted every node: the other one ends at once, no rendezvous
         assert "node rank 1 has nothing to do" in retry
     restarts = json.loads((job.output_dir / "metrics.json").read_text())["restarts"]

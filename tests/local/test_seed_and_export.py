@@ -67,7 +67,7 @@ def test_from_empty_volumes_seed_then_train_then_export_and_again_without_reseed
     )
     objects = _bucket_objects(tmp_path)
     assert sorted(objects) == [
-        f"mnist/models/mnist-r1/{n}" for n in ("SHA256SUMS", "metrics.json", "model.pt")
+        f"mnist/models/mnist-r1/{n}" for n in ("SHA256SUMS", "lineage.json", "metrics.json", "model.pt")
     ]
     local_model = (job.output_dir / "model.pt").read_bytes()
     assert (

@@ -308,5 +308,7 @@ def test_the_trainer_logs_its_settings_and_model_to_mlflow(
     assert params["train_limit"] == "256" and params["world_size"] == "1" and params["global_batch"] == "128"
     assert params["steps_per_epoch"] == "2" and params["backend"] == "gloo"
     uploaded = {r.path.rsplit("/", 1)[1]: r.body for r in server.requests if r.method == "PUT"}
-    assert uploaded == {name: (tmp_path / name).read_bytes() for name in ("model.pt", "metrics.json")}
+    assert uploaded == {
+        name: (tmp_path / name).read_bytes() for name in ("model.pt", "metrics.json", "lineage.json")
+    }
     assert server.requests[-1].json()["status"] == "FINISHED"
