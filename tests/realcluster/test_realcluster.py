@@ -14,9 +14,14 @@ import yaml
 from infra.offline.realcluster import build, fleet
 from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
 from infra.offline.realcluster.components import egress_config as _egress_config
-from infra.offline.realcluster.operators import MANAGER_CONFIG, _manager_config, _training_operator_flags
+from infra.offline.realcluster.operators import (
+    MANAGER_CONFIG,
+    STAND_INS,
+    _manager_config,
+    _training_operator_flags,
+)
 from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
-from infra.offline.realcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts
+from infra.offline.realcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts, local_ports
 from infra.offline.realcluster.standins import field_value as _field
 from infra.offline.realcluster.standins import target_port as _target
 from infra.offline.realcluster.supervisor import _volume
@@ -300,6 +305,15 @@ def test_the_managers_config_listens_on_loopback_at_the_local_ports_and_keeps_th
     assert config["statusServer"] == {"port": 30004, "qps": 5}
     assert config["certManagement"] == {"enable": True}
     assert _manager_config("/etc/other.yaml", upstream, local) == upstream
+
+
+def test_the_trainer_keeps_its_status_servers_port_the_url_it_injects_names_and_moves_the_rest():
+    (trainer,) = [s for s in STAND_INS if s.deployment == "kubeflow-trainer-controller-manager"]
+    container = {"name": "manager", "ports": [{"containerPort": 9443}, {"containerPort": 10443}]}
+    ports = local_ports(trainer, container)
+    assert sorted(ports) == [8081, 8443, 9443, 10443]
+    assert ports[10443] == 10443
+    assert all(ports[p] != p for p in (8081, 8443, 9443)), ports
 
 
 def test_a_stand_in_sees_its_own_tmp_and_service_account_even_with_its_state_under_tmp(tmp_path):

@@ -110,7 +110,16 @@ def kube_apiserver(binary: Path, pki: Path, etcd_port: int, port: int, egress: P
         f"--tls-private-key-file={pki / 'apiserver.key'}",
         f"--client-ca-file={pki / 'ca.crt'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        # The issuer is the API server's own loopback URL and its keys are published there, so a local
+        # process finds its token's issuer by OpenID discovery as a pod does in a cluster. Kubeflow
+        # Trainer v2.3.0's status server does it at start and its whole manager exits if it cannot
+        # (kubeflow/trainer v2.3.0 pkg/statusserver/auth.go Init: `iss` of its own token, then go-oidc
+        # NewProvider through rest.HTTPClientFor of its API config, which trusts this cluster's CA; the
+        # API server's certificate names 127.0.0.1, pki.py). The jwks_uri is set because its default
+        # is built from the advertised address, where nothing listens (kubernetes
+        # pkg/serviceaccount/openidmetadata.go, NewOpenIDMetadataProvider).
+        f"--service-account-issuer=https://127.0.0.1:{port}",
+        f"--service-account-jwks-uri=https://127.0.0.1:{port}/openid/v1/jwks",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--authorization-mode=RBAC",

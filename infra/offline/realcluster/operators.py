@@ -97,6 +97,11 @@ STAND_INS = (
         "manager",
         "trainer-controller-manager",
         (8081, 8443, 9443, 10443),
+        # The status server's port (feature TrainJobStatus) is also the port of the URL the controller
+        # gives every TrainJob's trainer pods (v2.3.0 pkg/runtime/framework/plugins/trainjobstatus/
+        # trainjobstatus.go createEnvVars: `https://<webhook service>.<namespace>.svc:<statusServer.port>`),
+        # which the Service's port 10443 must match: it stays 10443 here.
+        fixed_ports=(10443,),
         local_file=_manager_config,
     ),
     StandIn(

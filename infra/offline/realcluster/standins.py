@@ -7,7 +7,8 @@ token of its ServiceAccount (so the operator acts with the RBAC its manifests ga
 template restarts the process; a deleted Deployment stops it. The pod itself stays a KWOK pod.
 
 What differs from a pod, and why: every process shares this machine's network, so each listens on
-127.0.0.1 at free ports (its flags or its config file say which). Each runs in its own mount namespace
+127.0.0.1 at free ports (its flags or its config file say which), save a port the process also writes
+into objects other pods read (`StandIn.fixed_ports`). Each runs in its own mount namespace
 where /tmp and /run are its pod's (the webhook certificates the operators expect at paths they
 hard-code, the ServiceAccount's namespace, token and CA under /var/run/secrets); a mount elsewhere lands
 under /tmp/.mounts and the container's arguments are rewritten to it.
@@ -69,6 +70,9 @@ class StandIn:
     # The ports the process listens on (its container's, and any it opens by default); each gets a free
     # local port, passed to it through `local_flags` or `local_file`.
     ports: tuple[int, ...]
+    # Ports the process keeps at their own number (on every interface, as it listens): those it also
+    # writes into objects that other pods read, where a local port would not be the Service's.
+    fixed_ports: tuple[int, ...] = ()
     # Flags appended after the container's own.
     local_flags: Callable[[LocalPod], list[str]] = lambda _: []
     # A mounted file's content as the local process reads it: (mount path, content, pod) -> content.
@@ -168,11 +172,7 @@ class LocalPods:
             "spec": deployment["spec"]["template"]["spec"],
         }
         container = _container(pod, stand_in.container)
-        ports = {
-            port: free_port()
-            for port in {*stand_in.ports, *(p["containerPort"] for p in container.get("ports", []))}
-        }
-        local = LocalPod(pod, ports, self.pod_dir(stand_in))
+        local = LocalPod(pod, local_ports(stand_in, container), self.pod_dir(stand_in))
         for private in PRIVATE:
             local.path(private).mkdir(parents=True, exist_ok=True)
         self.write_volumes(stand_in, local)
@@ -241,6 +241,14 @@ class LocalPods:
         for running in self.running.values():
             terminate(running.process)
         self.running.clear()
+
+
+def local_ports(stand_in: StandIn, container: Obj) -> dict[int, int]:
+    """The local port of each port the process listens on: a free one, or its own when fixed."""
+    return {
+        port: port if port in stand_in.fixed_ports else free_port()
+        for port in {*stand_in.ports, *(p["containerPort"] for p in container.get("ports", []))}
+    }
 
 
 def in_own_mounts(local: LocalPod) -> list[str]:
