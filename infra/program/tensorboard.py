@@ -7,7 +7,9 @@ The trainer's rank 0 writes TensorBoard event files under each run's checkpoint 
 only and has no Service: the way in is `kubectl port-forward` (the `tensorboardCommand` output), which
 reaches the pod's loopback through the kubelet, so no other pod can call it, and its NetworkPolicy
 admits nothing and lets nothing out. Pod Security "restricted" like every pod of the stack; no
-service-account token. Its readiness is TensorBoard answering on its port, checked from inside the pod.
+service-account token. Its readiness is TensorBoard answering on its port, checked from inside the pod;
+`pulumi up` does not wait for it (found by the local cluster tier: a claim that never binds kept `up`
+waiting on this pod for the provider's ten minutes after the job's own failure was known).
 
 The Deployment's template has no run id in it: a new `jobRunId` changes nothing here.
 """
@@ -96,7 +98,6 @@ class TensorBoard(pulumi.ComponentResource):
         super().__init__(f"{PROJECT}:curves:TensorBoard", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
         pod_labels = {**labels(settings, "tensorboard"), BOARD_LABEL: BOARD}
-        metadata = meta.ObjectMetaArgs(name=BOARD, namespace=namespace, labels=pod_labels)
         claim = core.PersistentVolumeClaimVolumeSourceArgs(claim_name=checkpoint_claim, read_only=True)
         # Nothing in, nothing out: port-forward enters through the kubelet, not the pod network. In place
         # before the pod starts, so it never runs unrestricted.
@@ -110,10 +111,17 @@ class TensorBoard(pulumi.ComponentResource):
             ),
             opts=child,
         )
-        # Pulumi waits for the rollout (the pod Ready): a board that never answers fails `pulumi up`.
+        # `pulumi up` does not wait for it (skipAwait): the curves are a view of the run, and a pod that
+        # cannot start (its claim unbound, no node with room) must neither hold up nor fail the job's
+        # `up`. Whether it runs: `kubectl -n <namespace> get deployment ddp-mnist-tensorboard`.
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=metadata,
+            metadata=meta.ObjectMetaArgs(
+                name=BOARD,
+                namespace=namespace,
+                labels=pod_labels,
+                annotations={"pulumi.com/skipAwait": "true"},
+            ),
             spec=k8s.apps.v1.DeploymentSpecArgs(
                 replicas=1,
                 selector=board_pods(),

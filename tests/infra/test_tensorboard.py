@@ -28,6 +28,8 @@ def test_the_board_reads_every_run_of_the_claim_read_only_on_loopback():
     rendering = render_config(BOARD)
     deployment = _named(rendering, "Deployment", "ddp-mnist-tensorboard")
     assert deployment["spec"]["replicas"] == 1
+    # `up` never waits on it: a board that cannot start holds up nothing
+    assert deployment["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["command"] == ["tensorboard"]
