@@ -77,8 +77,12 @@ def run_as_process(argv: list[str] | None = None) -> NoReturn:
     """The process entry point: :func:`main`, then :func:`exit_process` with its code.
 
     A bug keeps its traceback (printed by ``sys.excepthook``, as the interpreter would) and exit 1;
-    ``SystemExit`` (argparse's exit 2 for bad flags, ``--help``'s 0) keeps its code.
+    ``SystemExit`` (argparse's exit 2 for bad flags, ``--help``'s 0) keeps its code. SIGTERM is
+    recorded from here on (:mod:`trainer.preempt`): the ranks stop at an agreed step and exit 143.
     """
+    from trainer import preempt
+
+    preempt.install()
     try:
         code = main(argv)
     except SystemExit as stop:

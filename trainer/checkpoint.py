@@ -3,7 +3,9 @@
 File format: one ASCII header line ``TRAINER-CKPT 1 <sha256 of payload> <payload bytes>\\n``
 followed by the payload, a ``torch.save`` archive. A reader checks length and sha256 before it
 unpickles anything, so a truncated or corrupted file is rejected, never loaded.
-Files are named ``ckpt-epoch-NNNN.pt``; the newest valid one wins, the last :data:`KEEP` stay.
+Files are named ``ckpt-epoch-NNNN.pt`` after epoch NNNN, and ``ckpt-epoch-NNNN-step-SSSSSS.pt``
+when a stop (SIGTERM: :mod:`trainer.preempt`) came SSSSSS steps into the epoch after NNNN. They are
+ordered by (epoch, step): the newest valid one wins, the last :data:`KEEP` stay, mid-epoch or not.
 
 A directory holds one schedule (total optimizer steps) at a time. When a run starts with another
 schedule than its newest checkpoint's (an edit of epochs, batch size or, under weak scaling, the
@@ -32,14 +34,17 @@ from trainer.fsio import atomic_write_bytes
 KEEP = 3
 MAGIC = b"TRAINER-CKPT"
 VERSION = 1
-_NAME = re.compile(r"^ckpt-epoch-(\d{4,})\.pt$")
+_NAME = re.compile(r"^ckpt-epoch-(\d{4,})(?:-step-(\d{6,}))?\.pt$")
 
 
 class CorruptCheckpointError(Exception):
     """The file is not a complete checkpoint written by this trainer."""
 
 
-def checkpoint_path(directory: Path, epoch: int) -> Path:
+def checkpoint_path(directory: Path, epoch: int, step: int = 0) -> Path:
+    """The file of a checkpoint ``step`` steps into the epoch after ``epoch`` (0: at the epoch's end)."""
+    if step:
+        return directory / f"ckpt-epoch-{epoch:04d}-step-{step:06d}.pt"
     return directory / f"ckpt-epoch-{epoch:04d}.pt"
 
 
@@ -74,9 +79,11 @@ def decode(payload: bytes, device: torch.device) -> dict[str, Any]:
     return state
 
 
-def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any], keep: int = KEEP) -> Path:
-    """Write ``ckpt-epoch-<epoch>.pt`` atomically, then delete all but the newest ``keep``."""
-    path = checkpoint_path(directory, epoch)
+def save_checkpoint(
+    directory: Path, epoch: int, state: dict[str, Any], keep: int = KEEP, step: int = 0
+) -> Path:
+    """Write :func:`checkpoint_path` atomically, then delete all but the newest ``keep``."""
+    path = checkpoint_path(directory, epoch, step)
     atomic_write_bytes(path, encode(state))
     for old in list_checkpoints(directory)[keep:]:
         old.unlink(missing_ok=True)
@@ -84,10 +91,11 @@ def save_checkpoint(directory: Path, epoch: int, state: dict[str, Any], keep: in
 
 
 def list_checkpoints(directory: Path) -> list[Path]:
-    """Checkpoint files in ``directory``, newest epoch first."""
+    """Checkpoint files in ``directory``, newest (epoch, step) first."""
     if not directory.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    matches = [(m, p) for p in directory.iterdir() if (m := _NAME.match(p.name))]
+    found = [((int(m.group(1)), int(m.group(2) or 0)), p) for m, p in matches]
     return [path for _, path in sorted(found, reverse=True)]
 
 

@@ -17,6 +17,19 @@ EVAL_CHUNK = 256
 
 # (steps done in this epoch, mean loss since the previous report, learning rate now)
 StepReport = Callable[[int, float, float], None]
+# Called with the steps done in this epoch after each optimizer step but the epoch's last; True stops
+# the epoch there (every rank must answer the same for the same step: see :mod:`trainer.preempt`).
+StopCheck = Callable[[int], bool]
+
+
+class EpochStopped(Exception):
+    """The epoch stopped after ``steps`` of its steps; ``loss_sum`` is this rank's training loss
+    summed over them (what a resumed epoch starts from to end with the same mean)."""
+
+    def __init__(self, steps: int, loss_sum: float) -> None:
+        super().__init__(f"epoch stopped after {steps} steps")
+        self.steps = steps
+        self.loss_sum = loss_sum
 
 
 @dataclass(frozen=True)
@@ -64,9 +77,16 @@ def train_one_epoch(
     label_smoothing: float = 0.0,
     report: StepReport | None = None,
     every: int = 1,
+    start: int = 0,
+    loss_sum_before: float = 0.0,
+    stop: StopCheck | None = None,
 ) -> float:
     """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks
     (smoothed as trained on, with ``label_smoothing`` > 0).
+
+    A resumed epoch skips its first ``start`` rows, already trained with this rank's loss summing to
+    ``loss_sum_before``. When ``stop`` answers True after a step, :class:`EpochStopped` is raised with
+    the steps done and this rank's loss sum; the optimizer and scheduler have taken that step.
 
     DDP all-reduces the gradients inside ``backward()``; nothing here touches them. With ``report``,
     every ``every`` steps and after the last one it is called with the steps done in this epoch,
@@ -75,10 +95,10 @@ def train_one_epoch(
     """
     model.train()
     batches = batches.to(images.device)
-    loss_sum = torch.zeros((), device=images.device)
+    loss_sum = torch.tensor(loss_sum_before, dtype=torch.float32, device=images.device)
     steps = len(batches)
-    reported_sum, reported_at = 0.0, 0
-    for index, batch in enumerate(batches, start=1):
+    reported_sum, reported_at = loss_sum_before, start
+    for index, batch in enumerate(batches[start:], start=start + 1):
         logits = model(normalise(images[batch]))
         loss = nn.functional.cross_entropy(logits, labels[batch], label_smoothing=label_smoothing)
         optimizer.zero_grad(set_to_none=True)
@@ -90,6 +110,8 @@ def train_one_epoch(
             report(index, (total - reported_sum) / (index - reported_at), float(scheduler.get_last_lr()[0]))
             reported_sum, reported_at = total, index
         scheduler.step()
+        if stop is not None and index < steps and stop(index):
+            raise EpochStopped(index, loss_sum.item())
     total, count = all_reduce_sum([loss_sum.item(), float(len(batches))], images.device)
     return total / count
 

@@ -10,6 +10,10 @@ code  meaning
 2     bad flags or usage (argparse's code; also an unexpanded ``$(VAR)``)
 3     training data missing or corrupt (files absent, bad checksum, bad IDX)
 4     S3 credentials missing or rejected
+143   stopped by SIGTERM (a preemption, a deleted pod): the ranks agreed on a
+      step, rank 0 checkpointed it, every rank exited; a restart resumes at
+      that step and ends with the model of a run never stopped (see
+      :mod:`trainer.preempt`); 128 + 15, as a shell reports death by SIGTERM
 200   peer lost: a collective broke because another rank died, hung or lost
       its network (see :mod:`trainer.peers`), or the rendezvous failed; a
       restart resumes from the newest checkpoint
@@ -23,7 +27,8 @@ code  meaning
 One rule decides what is retried, for every job kind: **retryable <=> exit code >= 128**.
 1-127 are permanent (a bug, or bad input: retrying the same pod fails the same way); 128 and
 above are a restart's to fix: the trainer's own transient codes (2xx) and death by a signal
-(128 + N: the OOM killer's or a preemption's SIGKILL 137, SIGTERM 143, SIGABRT 134). The
+(128 + N: the OOM killer's or a grace period's end SIGKILL 137, SIGABRT 134; SIGTERM 143, which
+the trainer turns into a checkpoint of the step all ranks agree to stop at before it exits). The
 training operator (v1.9.4, ``restartPolicy: ExitCode``) retries exactly those codes
 (``pkg/util/train/train_util.go``: ``IsRetryableExitCode: exitCode >= 128``) and fails the job
 at once on 1-127; the Indexed Job, the seed Job and the TrainJob's node Job get the same rule as
@@ -43,6 +48,8 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_DATA = 3
 EXIT_S3_CREDENTIALS = 4
+# SIGTERM's 128 + 15, kept when the trainer handles it (trainer.preempt): retryable, as the signal is.
+EXIT_PREEMPTED = 143
 # >= 128 so that the training operator retries it, and outside what a signal gives: a shell and
 # torchrun's launcher report death by signal N as 128 + N, and Linux signals stop at 64 (SIGRTMAX),
 # so 129-192 could be read as "killed by a signal". 200 can only come from the trainer itself.
@@ -73,6 +80,7 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_USAGE: "bad flags",
     EXIT_DATA: "data missing or corrupt",
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
+    EXIT_PREEMPTED: "SIGTERM: stopped at a checkpointed step; retryable",
     EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
     EXIT_S3_UNREACHABLE: "S3 endpoint (or every seed mirror) unreachable; retryable",
     EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch); retryable",
@@ -132,6 +140,13 @@ class ExportError(TrainerError):
 
     exit_code = EXIT_EXPORT
     topic = "export"
+
+
+class PreemptedError(TrainerError):
+    """SIGTERM: the ranks stopped at one step, checkpointed by rank 0; a restart resumes there."""
+
+    exit_code = EXIT_PREEMPTED
+    topic = "preempted"
 
 
 class PeerLostError(TrainerError):

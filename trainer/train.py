@@ -6,20 +6,20 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer import checkpoint, dist, engine, peers
+from trainer import checkpoint, dist, engine, peers, preempt
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
-from trainer.errors import PeerLostError, write_line
+from trainer.errors import PeerLostError, PreemptedError, write_line
 from trainer.metrics import (
     LINEAGE_FILE,
     METRICS_FILE,
@@ -58,6 +58,17 @@ class Run:
     scheduler: torch.optim.lr_scheduler.OneCycleLR
     started: float
     clock: Stopwatch
+
+
+@dataclass
+class Start:
+    """Where an attempt starts: after ``epoch`` epochs and ``step`` steps of the next one."""
+
+    epoch: int = 0
+    step: int = 0
+    loss_sum: float = 0.0  # this rank's training loss summed over those ``step`` steps
+    train_seconds: float = 0.0  # the time they took (rank 0's)
+    history: list[EpochRecord] = field(default_factory=list)
 
 
 def warmup_fraction(total_steps: int) -> float:
@@ -131,10 +142,22 @@ def describe(run: Run) -> str:
     )
 
 
-def snapshot(run: Run, epoch: int, history: list[EpochRecord]) -> dict[str, Any]:
+def snapshot(
+    run: Run,
+    epoch: int,
+    history: list[EpochRecord],
+    step: int = 0,
+    loss_sums: list[float] | None = None,
+    train_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """A checkpoint's state after ``epoch`` epochs and ``step`` steps of the next; ``loss_sums`` are
+    each rank's training loss summed over those steps, ``train_seconds`` the time they took."""
     cuda_rng = torch.cuda.get_rng_state_all() if run.device.type == "cuda" else []
     return {
         "epoch": epoch,
+        "step": step,
+        "loss_sums": loss_sums or [],
+        "train_seconds": train_seconds,
         "epochs": run.config.epochs,
         "total_steps": run.plan.steps_per_epoch * run.config.epochs,
         "model": run.module.state_dict(),
@@ -145,7 +168,7 @@ def snapshot(run: Run, epoch: int, history: list[EpochRecord]) -> dict[str, Any]
     }
 
 
-def resume(run: Run) -> tuple[int, list[EpochRecord]]:
+def resume(run: Run) -> Start:
     """Rank 0 picks the newest valid checkpoint and sends its bytes to all ranks; all load it."""
     message = b""
     if run.env.is_main:
@@ -154,7 +177,7 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     message = dist.broadcast_bytes(message, run.device)
     if not message:
         log(run.env, f"no checkpoint in {run.config.checkpoint_dir}; starting at epoch 1")
-        return 0, []
+        return Start()
     raw_path, _, payload = message.partition(b"\n")
     path = raw_path.decode()
     state = checkpoint.decode(payload, run.device)
@@ -175,8 +198,29 @@ def resume(run: Run) -> tuple[int, list[EpochRecord]]:
     if state["rng"]["cuda"]:
         torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
     random.setstate(state["rng"]["python"])
-    log(run.env, f"resumed from {path} (epoch {state['epoch']}/{run.config.epochs})")
-    return state["epoch"], [EpochRecord(**record) for record in state["history"]]
+    start = Start(
+        state["epoch"],
+        state.get("step", 0),
+        rank_loss_sum(state.get("loss_sums", []), run.env),
+        state.get("train_seconds", 0.0),
+        [EpochRecord(**record) for record in state["history"]],
+    )
+    within = f", {mid_epoch(run, start.epoch, start.step)}" if start.step else ""
+    log(run.env, f"resumed from {path} (epoch {start.epoch}/{run.config.epochs}{within})")
+    return start
+
+
+def mid_epoch(run: Run, epoch: int, step: int) -> str:
+    """``step 13/50 of epoch 2``: where a run is ``step`` steps after ``epoch`` epochs."""
+    return f"step {step}/{run.plan.steps_per_epoch} of epoch {epoch + 1}"
+
+
+def rank_loss_sum(loss_sums: list[float], env: dist.DistEnv) -> float:
+    """This rank's share of a mid-epoch checkpoint's loss sums: its own under the same world size
+    (the epoch's mean loss is then the uninterrupted run's, bit for bit); else rank 0 takes the total."""
+    if len(loss_sums) == env.world_size:
+        return loss_sums[env.rank]
+    return sum(loss_sums) if env.is_main else 0.0
 
 
 def model_fits(module: nn.Module, saved: dict[str, torch.Tensor]) -> bool:
@@ -186,7 +230,7 @@ def model_fits(module: nn.Module, saved: dict[str, torch.Tensor]) -> bool:
     return saved.keys() == current.keys() and all(saved[k].shape == v.shape for k, v in current.items())
 
 
-def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[int, list[EpochRecord]]:
+def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> Start:
     """The newest checkpoint has another schedule or model: rank 0 moves its files aside, and every
     rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
     config = run.config
@@ -200,14 +244,14 @@ def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> tuple[i
         run.env,
         f"{why}; moved {whose} checkpoints, results and curves to {moved}; starting at epoch 1",
     )
-    return 0, []
+    return Start()
 
 
-def run_info(run: Run, first_epoch: int) -> RunInfo:
+def run_info(run: Run, start: Start) -> RunInfo:
     config, plan = run.config, run.plan
     return RunInfo(
         total_steps=plan.steps_per_epoch * config.epochs,
-        start_step=plan.steps_per_epoch * first_epoch,
+        start_step=plan.steps_per_epoch * start.epoch + start.step,
         steps_per_epoch=plan.steps_per_epoch,
         epochs=config.epochs,
         global_batch=plan.global_batch,
@@ -263,18 +307,21 @@ def train(run: Run) -> bool:
     """Resume, train the epochs left, write the results; True if the run had already finished."""
     config, env = run.config, run.env
     log(env, describe(run))
-    first_epoch, history = resume(run)
-    finished_before = first_epoch >= config.epochs
+    start = resume(run)
+    finished_before = start.epoch >= config.epochs
     if finished_before:
-        log(env, f"run already finished ({first_epoch}/{config.epochs} epochs); nothing to train")
-        train_epochs(run, first_epoch, history, None)
+        log(env, f"run already finished ({start.epoch}/{config.epochs} epochs); nothing to train")
+        train_epochs(run, start, None)
         return True
+    if preempt.agreed(run.device):  # SIGTERM during start-up: nothing new to checkpoint
+        signame = preempt.STOP_SIGNAL.name
+        raise PreemptedError(f"{signame} before training; a restart resumes where this one began")
     progress = None
     if env.is_main:
-        progress = Progress(progress_sinks(config), run_info(run, first_epoch), run.started)
+        progress = Progress(progress_sinks(config), run_info(run, start), run.started)
     succeeded = False
     try:
-        train_epochs(run, first_epoch, history, progress)
+        train_epochs(run, start, progress)
         succeeded = True
     finally:
         if progress is not None:
@@ -282,11 +329,17 @@ def train(run: Run) -> bool:
     return False
 
 
-def train_epochs(run: Run, first_epoch: int, history: list[EpochRecord], progress: Progress | None) -> None:
-    """The epochs after ``first_epoch``, each checkpointed per ``--checkpoint-every``, then :func:`finish`."""
+def train_epochs(run: Run, start: Start, progress: Progress | None) -> None:
+    """The epochs after ``start``, each checkpointed per ``--checkpoint-every``, then :func:`finish`.
+
+    The ranks agree whether to stop (:mod:`trainer.preempt`) every ``AGREE_EVERY`` steps and after each
+    epoch but the last; a stop checkpoints where they are and raises :class:`PreemptedError`.
+    """
     config, env, plan, data = run.config, run.env, run.plan, run.data
+    history = start.history
     shard = engine.test_shard(len(data.test_y), env.rank, env.world_size)
-    for epoch in range(first_epoch + 1, config.epochs + 1):
+    for epoch in range(start.epoch + 1, config.epochs + 1):
+        resumed = start if epoch == start.epoch + 1 else Start()
         batches = engine.epoch_indices(
             len(data.train_y),
             epoch,
@@ -296,18 +349,26 @@ def train_epochs(run: Run, first_epoch: int, history: list[EpochRecord], progres
             plan.per_rank_batch,
             plan.steps_per_epoch,
         )
-        with run.clock.phase("train") as lap:
-            train_loss = engine.train_one_epoch(
-                run.model,
-                run.optimizer,
-                run.scheduler,
-                data.train_x,
-                data.train_y,
-                batches,
-                config.label_smoothing,
-                None if progress is None else partial(progress.steps_done, epoch),
-                config.log_every,
-            )
+        try:
+            with run.clock.phase("train") as lap:
+                train_loss = engine.train_one_epoch(
+                    run.model,
+                    run.optimizer,
+                    run.scheduler,
+                    data.train_x,
+                    data.train_y,
+                    batches,
+                    config.label_smoothing,
+                    None if progress is None else partial(progress.steps_done, epoch),
+                    config.log_every,
+                    start=resumed.step,
+                    loss_sum_before=resumed.loss_sum,
+                    stop=preempt.at_step(run.device),
+                )
+        except engine.EpochStopped as stopped:
+            seconds = resumed.train_seconds + lap.seconds
+            stop_at(run, epoch - 1, history, stopped.steps, stopped.loss_sum, seconds)
+        train_seconds = resumed.train_seconds + lap.seconds
         with run.clock.phase("evaluate"):
             dist.broadcast_buffers_from_main(run.module)
             result = engine.evaluate(run.module, data.test_x, data.test_y, shard)
@@ -316,8 +377,8 @@ def train_epochs(run: Run, first_epoch: int, history: list[EpochRecord], progres
             train_loss,
             result.loss,
             result.accuracy,
-            plan.samples_per_epoch / lap.seconds,
-            lap.seconds,
+            plan.samples_per_epoch / train_seconds,
+            train_seconds,
             time.perf_counter() - run.started,
         )
         history.append(record)
@@ -326,11 +387,44 @@ def train_epochs(run: Run, first_epoch: int, history: list[EpochRecord], progres
             progress.epoch_done(record)
         last = epoch == config.epochs
         every = config.checkpoint_every
-        if env.is_main and (last or (every and epoch % every == 0)):
+        saved = last or bool(every and epoch % every == 0)
+        if env.is_main and saved:
             with run.clock.phase("checkpoint"):
                 path = checkpoint.save_checkpoint(config.checkpoint_dir, epoch, snapshot(run, epoch, history))
             log(env, f"checkpoint {path}")
-    finish(run, history, first_epoch)
+        if not last and preempt.agreed(run.device):
+            stop_at(run, epoch, history, saved=saved)
+    finish(run, history, start.epoch)
+
+
+def stop_at(
+    run: Run,
+    epoch: int,
+    history: list[EpochRecord],
+    step: int = 0,
+    loss_sum: float = 0.0,
+    train_seconds: float = 0.0,
+    saved: bool = False,
+) -> NoReturn:
+    """The ranks agreed to stop after ``epoch`` epochs and ``step`` steps of the next: rank 0
+    checkpoints there (unless ``saved`` already), every rank waits for it, then raises
+    :class:`PreemptedError` (exit 143)."""
+    config, env = run.config, run.env
+    sums = [float(raw) for raw in dist.gather_bytes(repr(loss_sum).encode(), run.device)] if step else []
+    path = checkpoint.checkpoint_path(config.checkpoint_dir, epoch, step)
+    where = mid_epoch(run, epoch, step) if step else f"the end of epoch {epoch}"
+    if env.is_main:
+        told = preempt.REQUEST.received_at
+        line = f"stop at {where}: {preempt.STOP_SIGNAL.name} on a rank"
+        line += "" if told is None else f" (on this one {time.perf_counter() - told:.2f} s ago)"
+        if not saved:
+            with run.clock.phase("checkpoint") as lap:
+                state = snapshot(run, epoch, history, step, sums, train_seconds)
+                checkpoint.save_checkpoint(config.checkpoint_dir, epoch, state, step=step)
+            line += f"; checkpoint {path} ({path.stat().st_size} bytes, written in {lap.seconds:.3f} s)"
+        log(env, line)
+    dist.wait_for_all_ranks()
+    raise PreemptedError(f"{preempt.STOP_SIGNAL.name}: stopped at {where}; a restart resumes from {path}")
 
 
 def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:

@@ -61,3 +61,24 @@ def test_rotation_keeps_the_newest_three(tmp_path: Path) -> None:
 
 def test_no_checkpoint_dir_means_fresh_start(tmp_path: Path) -> None:
     assert checkpoint.newest_valid(tmp_path / "absent", print) is None
+
+
+def test_a_mid_epoch_checkpoint_sits_between_its_epochs_and_counts_towards_keep(tmp_path: Path) -> None:
+    checkpoint.save_checkpoint(tmp_path, 1, _state(1))
+    checkpoint.save_checkpoint(tmp_path, 1, _state(1), step=7)
+    checkpoint.save_checkpoint(tmp_path, 1, _state(1), step=12)
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == [
+        "ckpt-epoch-0001-step-000012.pt",
+        "ckpt-epoch-0001-step-000007.pt",
+        "ckpt-epoch-0001.pt",
+    ]
+    checkpoint.save_checkpoint(tmp_path, 2, _state(2))  # the epoch the stop came in, finished later
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == [
+        "ckpt-epoch-0002.pt",
+        "ckpt-epoch-0001-step-000012.pt",
+        "ckpt-epoch-0001-step-000007.pt",
+    ]
+    newest_mid = checkpoint.checkpoint_path(tmp_path, 1, 12)
+    checkpoint.checkpoint_path(tmp_path, 2).write_bytes(b"TRAINER-CKPT 1 truncated")
+    found = checkpoint.newest_valid(tmp_path, lambda _: None)
+    assert found is not None and found[0] == newest_mid
