@@ -156,6 +156,11 @@ def after_success(value: pulumi.Output[T], outcome: pulumi.Output[str]) -> pulum
 def pod_failure_policy(container: str) -> k8s.batch.v1.PodFailurePolicyArgs:
     """A Job's podFailurePolicy for a container of ours: the trainer's retry rule (trainer/errors.py).
 
+    `DisruptionTarget` is the condition the API server's eviction, the scheduler's preemption, the
+    taint manager, pod GC and the kubelet's graceful node shutdown (a spot node's termination notice)
+    add to the pod they end. Only that pod is spared: its peers, which exit on the lost rank (200)
+    or on the trainer's agreed stop (143), fail without the condition and are counted as any failure.
+
     Rules are matched in order and the first match wins (Kubernetes `pkg/controller/job/
     pod_failure_policy.go`, matchPodFailurePolicy): evictions and preemptions (`DisruptionTarget`)
     are not the pod's fault and are not counted; an exit code of 1-127 (a bug, bad input: a retry
@@ -272,7 +277,17 @@ def _template(
 
 
 class PyTorchJob(pulumi.ComponentResource):
-    """A kubeflow.org/v1 PyTorchJob: one Master and jobNodes-1 Workers, nprocPerNode processes each."""
+    """A kubeflow.org/v1 PyTorchJob: one Master and jobNodes-1 Workers, nprocPerNode processes each.
+
+    A preempted pod, under the default restartPolicy ExitCode (training operator v1.9.4): the operator
+    reads no pod condition (no DisruptionTarget rule exists for it); an evicted pod is deleted and
+    `pkg/controller.v1/common/pod.go` ReconcilePods creates its replica anew, and a pod failed by a
+    node shutdown (exit 143 from SIGTERM, 137 from SIGKILL, or no terminated state at all, which it
+    reads as 0xbeef) has a retryable code (`pkg/util/train/train_util.go`: >= 128) and is deleted and
+    recreated the same way. Neither is counted against backoffLimit (`pkg/core/job.go`
+    PastBackoffLimit sums the container restarts of running pods; a new pod has none), nor are the
+    peers' own retryable exits: jobActiveDeadlineSeconds bounds them all (`checks/job.py`).
+    """
 
     job_name: pulumi.Output[str]
 

@@ -413,5 +413,6 @@ def pod_template(
             affinity=_affinity(settings, names),
             priority_class_name=settings.job_priority_class_name or None,
             security_context=pod_security(settings),
+            termination_grace_period_seconds=settings.job_termination_grace_period_seconds,
         ),
     )

@@ -147,6 +147,14 @@ BAD_CONFIGS = [
         "config ddp-mnist:kubernetesVersion=1.20 is invalid: must be one of '1.29', '1.30', '1.31', '1.32', '1.33', '1.34', '1.35', '1.36' or '1.37'",
     ),
     ({"jobMasterPort": 80}, "config ddp-mnist:jobMasterPort=80 is invalid: must be >= 1024"),
+    (
+        {"jobTerminationGracePeriodSeconds": 2},
+        "config ddp-mnist:jobTerminationGracePeriodSeconds=2 is invalid: must be >= 5",
+    ),
+    (
+        {"jobTerminationGracePeriodSeconds": 3600},
+        "config ddp-mnist:jobTerminationGracePeriodSeconds=3600 is invalid: must be <= 600",
+    ),
     ({"jobLearningRate": "fast"}, "config ddp-mnist:jobLearningRate=fast is invalid: must be a number"),
     (
         {"createNamespace": "maybe"},
@@ -250,7 +258,7 @@ BAD_CONFIGS = [
         "config ddp-mnist:kubernetesVersion=1.29 is invalid: must be 1.31 or later with trainerInstall true: Kubeflow Trainer v2 (v2.3.0) supports Kubernetes >= 1.31 only (use jobKind pytorchjob or indexed-job on older clusters)",
     ),
     (
-        {"jobRestartPolicy": "ExitCode"},
+        {"jobRestartPolicy": "ExitCode", "jobActiveDeadlineSeconds": 0},
         "config ddp-mnist:jobActiveDeadlineSeconds=0 is invalid: must be > 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods and its backoffLimit never counts them, so only a deadline bounds the retries",
     ),
     (

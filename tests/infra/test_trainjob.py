@@ -250,7 +250,8 @@ def test_trainjob_references_the_runtime_with_nodes_processes_queue_and_deadline
     assert trainjob["spec"]["activeDeadlineSeconds"] == 7200
     assert trainjob["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert trainjob["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
-    assert "activeDeadlineSeconds" not in one(_trainjob(), "TrainJob")["spec"]
+    assert one(_trainjob(), "TrainJob")["spec"]["activeDeadlineSeconds"] == 86400  # the default: a day
+    assert "activeDeadlineSeconds" not in one(_trainjob({"jobActiveDeadlineSeconds": 0}), "TrainJob")["spec"]
 
 
 @pytest.mark.parametrize(("incidents", "ttl"), [(3, -1), (0, 600)])
@@ -439,10 +440,11 @@ BAD_TRAINJOB_CONFIGS = [
         "Kubeflow Trainer's torch plugin fixes the rendezvous port (PET_MASTER_PORT) at 29500",
     ),
     (
-        {**TRAINJOB, "jobRestartPolicy": "ExitCode", "jobActiveDeadlineSeconds": 600},
-        "config ddp-mnist:jobRestartPolicy=ExitCode is invalid: must be unset with jobKind trainjob: a "
-        "TrainJob has no replica restart policy (a failed node fails its Job and JobSet restarts every "
-        "node, up to jobBackoffLimit times)",
+        {**TRAINJOB, "jobRestartPolicy": "OnFailure"},
+        "config ddp-mnist:jobRestartPolicy=OnFailure is invalid: must be unset with jobKind trainjob: a "
+        "TrainJob has no replica restart policy; its rule is the default's, ExitCode (codes 1-127 fail it "
+        "at once, a failed node otherwise fails its Job and JobSet restarts every node, up to "
+        "jobBackoffLimit times)",
     ),
     (
         {**TRAINJOB, "jobCleanPodPolicy": "All"},

@@ -42,7 +42,12 @@ def _run(values: dict, tmp_path: Path, incidents: int, code: int = 1):
 
 @pytest.mark.parametrize(("nodes", "survived"), [(2, 1), (3, 2)])
 def test_pytorchjob_on_failure_survives_its_incidents_and_fails_at_the_next(tmp_path, nodes, survived):
-    values = {"jobNodes": nodes, "jobBackoffLimit": survived, "jobBatchSize": 252}
+    values = {
+        "jobNodes": nodes,
+        "jobBackoffLimit": survived,
+        "jobBatchSize": 252,
+        "jobRestartPolicy": "OnFailure",
+    }
     ok, output = _run(values, tmp_path / "a", incidents=survived)
     assert ok.succeeded, output
     failed, output = _run(values, tmp_path / "b", incidents=survived + 1)

@@ -404,7 +404,9 @@ def test_train_limit_reaches_the_training_pods_only_and_says_so(tmp_path, monkey
 
     started: list[JobPlan] = []
 
-    def record(job, timeout, out):  # the planned pods as they would start; the seed "succeeds"
+    def record(
+        job, timeout, out, preemptions=()
+    ):  # the planned pods as they would start; the seed "succeeds"
         started.append(job)
         return job, JobResult(job.kind == "job", "recorded, not run", 0.0)
 

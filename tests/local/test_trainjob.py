@@ -70,7 +70,9 @@ def test_each_node_gets_the_torch_plugins_env_with_the_master_here(tmp_path):
         "jobActiveDeadlineSeconds": 900,
     }
     job = plan_stack(render_config(values), tmp_path, {})
-    assert job.restart == RestartRule("trainjob", "Never", 2, tuple(range(1, 128)), job_backoff_limit=0)
+    assert job.restart == RestartRule(
+        "trainjob", "Never", 2, tuple(range(1, 128)), job_backoff_limit=0, ignores_disruption=True
+    )
     assert job.active_deadline == 900
     first, last = job.pods[0], job.pods[2]
     assert [p.index for p in job.pods] == [0, 1, 2]

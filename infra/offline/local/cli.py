@@ -15,6 +15,9 @@ and the server is stopped with SIGTERM (kept running with --keep-serving).
 
 `--cpu` runs a GPU stack's job on CPU with gloo, and `--train-limit N` has the training job's
 trainer use only the first N training images: quick wiring checks, each said in one `[local]` line.
+`--preempt POD@STEP` (or `POD@SECONDSs`) rehearses a spot node's preemption: at that training step
+(the trainer's progress lines) or time, the pod gets SIGTERM, SIGKILL after its
+terminationGracePeriodSeconds, and the job kind's controller brings it back as it does a disrupted pod.
 
 The parts: `workloads` (the stack's workloads planned, in dependency order, after admission),
 `services` (the S3 stand-in), `adjust` (--cpu, --train-limit, the GPU check), `supervisor` (the pods'
@@ -24,7 +27,8 @@ processes) applying `controllers` (restart and failure rules), `stack` (running 
 Exit codes: 0 the job succeeded (and the server, if any, served the trainer's accuracy); 1 a workload
 failed (the seed Job or the training job), the server never got Ready or served other predictions than
 the trainer's, or the API server would refuse its pods; 2 bad stack config, unknown stack, a job that
-cannot run locally or a local S3 stand-in's bucket that could not be filled with MNIST; 130 interrupted.
+cannot run locally, a --preempt naming no pod of the job, or a local S3 stand-in's bucket that could
+not be filled with MNIST; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import sys
 from pathlib import Path
 
 from infra.offline.local.plan import PlanError
+from infra.offline.local.preempt import Preemption, parse_preemption
 from infra.offline.local.serve import ServeFailed
 from infra.offline.local.serve_stack import ServeOptions
 from infra.offline.local.stack import run_stack
@@ -51,6 +56,13 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
     return value
+
+
+def preemption(text: str) -> Preemption:
+    try:
+        return parse_preemption(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="the training job's trainer uses only the first N of the 60000 training images (its own "
         "--train-limit; not the seed Job, not the server): a quick wiring check, its accuracy is not the "
         "stack's (default: all)",
+    )
+    parser.add_argument(
+        "--preempt",
+        type=preemption,
+        action="append",
+        default=[],
+        metavar="POD@STEP",
+        help="preempt a pod of the training job once, as a spot node's shutdown does, at the first "
+        "progress line of step >= STEP (add the trainer's --progress-seconds=0 for a line per point) or "
+        "at POD@SECONDSs after the job started: SIGTERM, SIGKILL after its terminationGracePeriodSeconds, "
+        "then the job kind's restart rule for a disrupted pod (repeatable)",
     )
     parser.add_argument(
         "--env",
@@ -122,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu=args.cpu,
             serving=serving,
             train_limit=args.train_limit,
+            preemptions=tuple(args.preempt),
         )
     except ServeFailed as exc:
         print(f"local: {exc}", file=sys.stderr)

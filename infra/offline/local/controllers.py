@@ -23,9 +23,11 @@ class FailJob:
 
 @dataclass(frozen=True)
 class RestartPod:
-    """The pod is started again after its back-off; `count` says what the retry counts against."""
+    """The pod is started again after its back-off; `count` says what the retry counts against
+    (`counted` False: nothing, as for a disrupted pod the controller replaces)."""
 
     count: str
+    counted: bool = True
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class Restarts:
 
     per_pod: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     jobset: int = 0  # TrainJob: restarts of the whole JobSet
+    disrupted: int = 0  # pods started again after a disruption (preempted)
+    pods: int = 0  # pods started again after a failure, whatever each counts against
 
     @property
     def total(self) -> int:
@@ -66,6 +70,20 @@ def after_failure(job: JobPlan, pod: LocalPod, code: int, restarts: Restarts) ->
     if job.kind != "trainjob" and rule.exhausted(restarts.per_pod[pod.name], restarts.total):
         return FailJob("backoff limit reached")
     return RestartPod(retry_count(job, pod, restarts))
+
+
+def after_disruption(job: JobPlan, pod: LocalPod, code: int, restarts: Restarts) -> Decision:
+    """What the job's controller does once `pod` ended disrupted (its DisruptionTarget condition set:
+    preempted, evicted, its node shut down), with `code` (143 after SIGTERM, 137 after SIGKILL); the
+    rule per kind is `RestartRule.after_disruption`'s."""
+    rule = job.restart.after_disruption()
+    if rule == "fail":
+        return FailJob("restartPolicy Never: a failed pod fails the PyTorchJob, disrupted or not")
+    if rule == "counted":
+        return after_failure(job, pod, code, restarts)
+    if job.kind == "pytorchjob":
+        return RestartPod("a new pod: the operator counts no restarts of it", counted=False)
+    return RestartPod("DisruptionTarget: the podFailurePolicy ignores it, not counted", counted=False)
 
 
 def retry_count(job: JobPlan, pod: LocalPod, restarts: Restarts) -> str:

@@ -40,6 +40,8 @@ class RestartRule:
     backoff_limit: int
     fail_job_codes: tuple[int, ...] = ()  # podFailurePolicy FailJob exit codes (TrainJob: when final)
     job_backoff_limit: int = 0  # TrainJob: retries of failed pods within a node Job before it fails
+    # Job kinds: the podFailurePolicy ignores a pod with the DisruptionTarget condition (a preemption)
+    ignores_disruption: bool = False
 
     def exhausted(self, pod_restarts: int, job_restarts: int) -> bool:
         """Whether the failed pod's restart would fail the job, counted as its controller counts.
@@ -62,6 +64,23 @@ class RestartRule:
         if self.policy == "ExitCode":
             return self.backoff_limit == 0
         return job_restarts + 1 >= self.backoff_limit
+
+    def after_disruption(self) -> str:
+        """What the controller does with a pod that ended disrupted (preempted, evicted, its node shut
+        down): "uncounted" (a new pod, counted against nothing), "fail" (the job fails), or "counted"
+        (an ordinary failure of its exit code).
+
+        Job kinds: the podFailurePolicy's `DisruptionTarget` rule `Ignore` (Kubernetes
+        `pkg/controller/job/pod_failure_policy.go`; the TrainJob's node Job the same, so JobSet never
+        sees a failure). PyTorchJob (operator v1.9.4, which reads no pod condition): under ExitCode
+        or OnFailure the replica's pod is created anew, deleted by the eviction or, failed with a
+        retryable code, by `pkg/controller.v1/common/pod.go` ReconcilePods, and a new pod has no
+        container restarts for `pkg/core/job.go` PastBackoffLimit to count; under Never a failed pod
+        fails the job (`pkg/controller.v1/pytorch/pytorchjob_controller.go` UpdateJobStatus).
+        """
+        if self.kind == "pytorchjob":
+            return "fail" if self.policy == "Never" else "uncounted"
+        return "uncounted" if self.ignores_disruption else "counted"
 
     def fails_job_at_once(self, code: int) -> bool:
         if code in self.fail_job_codes:
@@ -87,6 +106,7 @@ class LocalPod:
     env: dict[str, str]
     init: list[LocalContainer] = field(default_factory=list)
     dns_names: tuple[str, ...] = ()  # what resolves to this pod once its main container runs
+    grace_seconds: float = 30  # terminationGracePeriodSeconds (the API's default when unset)
 
 
 @dataclass
@@ -213,6 +233,7 @@ def _trainjob_rule(job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]])
         restarts,
         codes if action("PodFailurePolicy") == "FailJobSet" else (),
         job_backoff_limit=int(job_spec.get("backoffLimit", 6)),
+        ignores_disruption=ignores_disruption(job_spec.get("podFailurePolicy")),
     )
 
 
@@ -220,7 +241,7 @@ def fail_job_codes(policy: Mapping[str, Any] | None) -> tuple[int, ...]:
     """The exit codes (1-255) a podFailurePolicy fails the Job on, as the Job controller matches
     them (Kubernetes `pkg/controller/job/pod_failure_policy.go`): rules in order, the first whose
     `onExitCodes` (`In` or `NotIn`, exit code 0 never matching) takes the code decides. Pod
-    condition rules (disruptions) never apply to a local pod's exit."""
+    condition rules are `ignores_disruption`'s."""
     rules = [r for r in (policy or {}).get("rules", []) if "onExitCodes" in r]
 
     def action(code: int) -> str | None:
@@ -232,6 +253,19 @@ def fail_job_codes(policy: Mapping[str, Any] | None) -> tuple[int, ...]:
         return None
 
     return tuple(code for code in range(1, 256) if action(code) == "FailJob")
+
+
+def ignores_disruption(policy: Mapping[str, Any] | None) -> bool:
+    """Whether a podFailurePolicy ignores a pod with the condition `DisruptionTarget: True`: its first
+    rule on pod conditions names it with action Ignore, and no rule on exit codes comes before it (the
+    first matching rule wins; ours put the condition first, so any exit code of a disrupted pod)."""
+    for rule in (policy or {}).get("rules", []):
+        if "onExitCodes" in rule:
+            return False
+        for pattern in rule.get("onPodConditions", []):
+            if pattern.get("type") == "DisruptionTarget" and pattern.get("status", "True") == "True":
+                return rule.get("action") == "Ignore"
+    return False
 
 
 def _restart_rule(
@@ -252,7 +286,9 @@ def _restart_rule(
     kind = "indexed-job" if spec.get("completionMode") == "Indexed" else "job"
     codes = fail_job_codes(spec.get("podFailurePolicy"))
     limit = spec.get("backoffLimitPerIndex", 0) if kind == "indexed-job" else spec.get("backoffLimit", 6)
-    return RestartRule(kind, "Never", int(limit), codes), spec.get("activeDeadlineSeconds")
+    ignored = ignores_disruption(spec.get("podFailurePolicy"))
+    rule = RestartRule(kind, "Never", int(limit), codes, ignores_disruption=ignored)
+    return rule, spec.get("activeDeadlineSeconds")
 
 
 def local_name(pod: EffectivePod) -> str:
@@ -321,8 +357,9 @@ def plan(
         main, claims = _local_container(pod.spec["containers"][0], pod, *args)
         volumes.update(claims)
         init = [_local_container(c, pod, *args)[0] for c in pod.spec.get("initContainers", [])]
+        grace = float(pod.spec.get("terminationGracePeriodSeconds", 30))
         local_pods.append(
-            LocalPod(pod_name, pod.node_rank, main.argv, main.env, init, _dns_names(pod, pod_name))
+            LocalPod(pod_name, pod.node_rank, main.argv, main.env, init, _dns_names(pod, pod_name), grace)
         )
     return JobPlan(
         kind=restart.kind,

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TextIO
 
 from infra.offline.local.adjust import check_gpus, limit_training, on_cpu
-from infra.offline.local.plan import JobPlan
+from infra.offline.local.plan import JobPlan, PlanError
+from infra.offline.local.preempt import Preemption
 from infra.offline.local.serve import server_pods
 from infra.offline.local.serve_stack import ServeOptions, serve_model
 from infra.offline.local.services import local_services
@@ -30,14 +31,17 @@ def run_stack(
     cpu: bool = False,
     serving: ServeOptions | None = None,
     train_limit: int = 0,
+    preemptions: tuple[Preemption, ...] = (),
 ) -> tuple[JobPlan, JobResult]:
     """Every workload of the stack, in dependency order, each to its end; stops at the first failure.
     Then the model server, if the stack has one. `train_limit` > 0: the trainer uses only the first
-    `train_limit` training images."""
+    `train_limit` training images; `preemptions`: pods of the training job preempted on the way."""
     rendering = render(load_stack(stack_name))
     if not cpu:
         check_gpus(stack_name, rendering.settings)
-    return run_rendering(rendering, workdir / stack_name, timeout, overrides, out, cpu, serving, train_limit)
+    return run_rendering(
+        rendering, workdir / stack_name, timeout, overrides, out, cpu, serving, train_limit, preemptions
+    )
 
 
 def run_rendering(
@@ -49,6 +53,7 @@ def run_rendering(
     cpu: bool = False,
     serving: ServeOptions | None = None,
     train_limit: int = 0,
+    preemptions: tuple[Preemption, ...] = (),
 ) -> tuple[JobPlan, JobResult]:
     """`run_stack` for a rendering already made (tests render edited configs through here). Raises
     ServeFailed when the job succeeded but its server did not serve the trainer's accuracy."""
@@ -59,8 +64,9 @@ def run_rendering(
             on_cpu(plans[-1], rendering.settings, out)
         if train_limit:
             limit_training(plans[-1], train_limit, out)
+        check_preemptions(plans[-1], preemptions)
         for job in plans:
-            job, result = run_plan(job, timeout, out)
+            job, result = run_plan(job, timeout, out, preemptions if job is plans[-1] else ())
             if not result.succeeded:
                 break
         if result.succeeded and server_pods(view.admission.pods):
@@ -88,15 +94,34 @@ def say_curves(job: JobPlan, board: bool, out: TextIO) -> None:
     )
 
 
-def run_plan(job: JobPlan, timeout: float, out: TextIO = sys.stdout) -> tuple[JobPlan, JobResult]:
-    """Runs an already planned workload (tests plan edited renderings through here)."""
+def check_preemptions(job: JobPlan, preemptions: tuple[Preemption, ...]) -> None:
+    """Each preemption names a pod of the training job (PlanError: the pods it has)."""
+    names = [pod.name for pod in job.pods]
+    for preemption in preemptions:
+        if preemption.pod not in names:
+            raise PlanError(
+                f"--preempt {preemption}: job {job.job_name} has no pod {preemption.pod}; "
+                f"its pods: {', '.join(names)}"
+            )
+
+
+def run_plan(
+    job: JobPlan,
+    timeout: float,
+    out: TextIO = sys.stdout,
+    preemptions: tuple[Preemption, ...] = (),
+    restart_delay: float = 10.0,
+) -> tuple[JobPlan, JobResult]:
+    """Runs an already planned workload (tests plan edited renderings through here), preempting its
+    pods as `preemptions` say."""
     for pod in job.pods:
         init = ", ".join(c.name for c in pod.init)
         line = f"[local] {job.kind} {job.job_name}: pod {pod.name}, node rank {pod.index}"
         if init:
             line += f"; init containers {init} first (their DNS lookups: a local stand-in for cluster DNS)"
         print(line, file=out, flush=True)
-    result = Supervisor(job, out).run(timeout)
+    check_preemptions(job, preemptions)
+    result = Supervisor(job, out, restart_delay, preemptions).run(timeout)
     report(job, result, out)
     return job, result
 
@@ -105,6 +130,11 @@ def report(job: JobPlan, result: JobResult, out: TextIO) -> None:
     """One line: the job's status and time; its failure, or its test accuracy and model file."""
     status = "Succeeded" if result.succeeded else "Failed"
     line = f"[local] job {job.job_name} {status} after {result.seconds:.1f}s"
+    if result.disrupted or result.restarts:
+        plural = "" if result.restarts == 1 else "s"
+        line += (
+            f" ({result.restarts} pod restart{plural} after failures, {result.disrupted} after a preemption)"
+        )
     if not result.succeeded:
         print(f"{line}: {result.reason}", file=out, flush=True)
         return

@@ -4,7 +4,8 @@ every process of a pod signalled when it is killed or stopped.
 
 `Supervisor.run` starts a planned job's pods and applies what its controller decides when one ends
 (`infra.offline.local.controllers`): a restart after a back-off, a restart of every pod, the job's
-success or failure.
+success or failure. With preemptions (`infra.offline.local.preempt`) it also preempts a pod at a step
+or time, as a node's shutdown does.
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ from pathlib import Path
 from typing import TextIO
 
 from infra.offline.local.controllers import (
+    Decision,
     FailJob,
     RestartJobSet,
+    RestartPod,
     Restarts,
+    after_disruption,
     after_failure,
     backoff,
     job_succeeded,
 )
 from infra.offline.local.dns import COMMANDS as DNS_COMMANDS
 from infra.offline.local.plan import JobPlan, LocalPod
+from infra.offline.local.preempt import Preempter, Preempting, Preemption
 from infra.offline.stackconfig import ROOT
 
 
@@ -42,6 +47,8 @@ class JobResult:
     succeeded: bool
     reason: str
     seconds: float
+    restarts: int = 0  # pods started again after a failure (each counted as its controller counts)
+    disrupted: int = 0  # pods started again after a preemption
 
 
 _OWN_ERROR = re.compile(r"^(?:python -m )?(?:trainer[\w.]*|launch)(?::| error:)")
@@ -114,6 +121,7 @@ class PodRun:
         for line in self.proc.stdout:
             self.supervisor.tails[self.pod.name].append(line.rstrip())
             self.supervisor.say(f"[{prefix}] {line.rstrip()}")
+            self.supervisor.observe(line)
         code = self.proc.wait()
         return code if code >= 0 else 128 - code
 
@@ -130,6 +138,15 @@ class PodRun:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
+    def terminate(self) -> None:
+        """SIGTERM to the container's own process alone, as the kubelet's stop does (the runtime signals
+        the container's PID 1; what it started hears of it from there): here the launcher, which
+        passes it to torchrun's workers."""
+        self.stopped = True
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+
     def wait(self, timeout: float) -> None:
         self.thread.join(timeout)
         if self.thread.is_alive():
@@ -139,7 +156,13 @@ class PodRun:
 class Supervisor:
     """Runs the planned pods, streams their output prefixed by pod name, applies restart rules."""
 
-    def __init__(self, job: JobPlan, out: TextIO = sys.stdout, restart_delay: float = 10.0) -> None:
+    def __init__(
+        self,
+        job: JobPlan,
+        out: TextIO = sys.stdout,
+        restart_delay: float = 10.0,
+        preemptions: tuple[Preemption, ...] = (),
+    ) -> None:
         self.job = job
         self.out = out
         # Like the Job controller's pod backoff (10 s, doubling): a failed pod comes back only after
@@ -151,6 +174,9 @@ class Supervisor:
         self.restarts = Restarts()
         self.succeeded: set[str] = set()
         self.waiting: dict[str, float] = {}  # pod -> when it starts again
+        self.preempter = Preempter(preemptions)
+        self.preempting: dict[str, Preempting] = {}
+        self.started = time.monotonic()
         self.dns_dir = job.dns_dir or Path(tempfile.mkdtemp(prefix="local-dns-"))
         self.dns_dir.mkdir(parents=True, exist_ok=True)
         for stale in self.dns_dir.iterdir():
@@ -185,6 +211,42 @@ class Supervisor:
             else:
                 entry.unlink(missing_ok=True)
 
+    def observe(self, line: str) -> None:
+        """A pod's output line (from its reader thread): a progress step may make a preemption due."""
+        with self.lock:
+            self.preempter.observe(line)
+        self.preempt_due()
+
+    def preempt_due(self) -> None:
+        """Preempts each pod whose preemption is due and that runs; the others wait for their pod."""
+        with self.lock:
+            due = self.preempter.due(time.monotonic() - self.started)
+            for preemption in due:
+                run = self.procs.get(preemption.pod)
+                if run is None or run.poll() is not None or preemption.pod in self.preempting:
+                    self.preempter.put_back(preemption)
+                    continue
+                run.terminate()
+                grace = run.pod.grace_seconds
+                self.preempting[preemption.pod] = Preempting(
+                    preemption, self.preempter.step, time.monotonic(), grace
+                )
+                print(
+                    f"[local] preempting pod {preemption.pod} (--preempt {preemption}, at step "
+                    f"{self.preempter.step}): SIGTERM to its process, SIGKILL to what is left after its "
+                    f"terminationGracePeriodSeconds ({grace:.0f}s)",
+                    file=self.out,
+                    flush=True,
+                )
+
+    def _grace_over(self, now: float) -> None:
+        """SIGKILL to every process of a preempted pod still running after its grace period."""
+        for name, entry in list(self.preempting.items()):
+            if not entry.killed and now - entry.sent > entry.grace and self.procs[name].poll() is None:
+                entry.killed = True
+                self.say(f"[local] pod {name}: still running {entry.grace:.0f}s after SIGTERM: SIGKILL")
+                self.procs[name].kill(signal.SIGKILL)
+
     def start(self, pod: LocalPod) -> None:
         self.procs[pod.name] = PodRun(pod, self)
 
@@ -208,7 +270,7 @@ class Supervisor:
 
     def run(self, timeout: float) -> JobResult:
         """Every pod of the job, until the job succeeds, fails or runs out of time; then all stopped."""
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         limit = min(timeout, self.job.active_deadline or timeout)
         self.restarts, self.succeeded, self.waiting = Restarts(), set(), {}
         for pod in self.job.pods:
@@ -217,7 +279,9 @@ class Supervisor:
             while True:
                 now = time.monotonic()
                 if now - started > limit:
-                    return JobResult(False, f"deadline of {limit:.0f}s exceeded", now - started)
+                    return self._result(False, f"deadline of {limit:.0f}s exceeded", started)
+                self.preempt_due()
+                self._grace_over(now)
                 result = self._step(now, started)
                 if result is not None:
                     return result
@@ -237,24 +301,38 @@ class Supervisor:
             code = self.procs[pod.name].poll()
             if pod.name in self.succeeded or code is None:
                 continue
+            preempted = self.preempting.pop(pod.name, None)
             if code == 0:
                 self.succeeded.add(pod.name)
                 if job_succeeded(self.job, pod, self.succeeded):
                     return self._finish(started)
                 continue
-            decision = after_failure(self.job, pod, code, self.restarts)
+            ended = f"pod {pod.name} exited with {code}"
+            if preempted is not None:
+                decision: Decision = after_disruption(self.job, pod, code, self.restarts)
+                ended = preempted.ended(code, now)
+                if not isinstance(decision, RestartPod):
+                    self.say(f"[local] {ended}")
+            else:
+                decision = after_failure(self.job, pod, code, self.restarts)
             if isinstance(decision, FailJob):
-                return JobResult(False, self._failure(pod, code, decision.why), time.monotonic() - started)
+                return self._result(False, self._failure(pod, code, decision.why), started)
             if isinstance(decision, RestartJobSet):
                 self._restart_jobset(pod, code, now)
                 return None
-            self._restart_pod(pod, code, decision.count, now)
+            self._restart_pod(pod, ended, decision, now)
         return None
 
-    def _restart_pod(self, pod: LocalPod, code: int, count: str, now: float) -> None:
-        self.restarts.per_pod[pod.name] += 1
-        delay = backoff(self.restart_delay, self.restarts.per_pod[pod.name])
-        self.say(f"[local] pod {pod.name} exited with {code}; restarting in {delay:.0f}s ({count})")
+    def _restart_pod(self, pod: LocalPod, ended: str, decision: RestartPod, now: float) -> None:
+        """Starts `pod` again after its delay; one line: how it `ended`, when it restarts, counted how."""
+        if decision.counted:
+            self.restarts.pods += 1
+            self.restarts.per_pod[pod.name] += 1
+            delay = backoff(self.restart_delay, self.restarts.per_pod[pod.name])
+        else:
+            self.restarts.disrupted += 1
+            delay = self.restart_delay  # the peers see the lost rank first; no back-off grows
+        self.say(f"[local] {ended}; restarting in {delay:.0f}s ({decision.count})")
         self.waiting[pod.name] = now + delay
 
     def _restart_jobset(self, pod: LocalPod, code: int, now: float) -> None:
@@ -266,6 +344,15 @@ class Supervisor:
             f"every pod in {self.restart_delay:.0f}s ({count} restarts of the JobSet)"
         )
         self.stop_all()
+        for name, entry in list(self.preempting.items()):  # ended by the restart before it was seen
+            ended = entry.ended(self.procs[name].poll() or 137, now)
+            self.say(f"[local] {ended}; restarted with every pod")
+        # Each pod once: one already waiting for its own restart, or preempted, is not restarted twice.
+        self.restarts.pods += sum(
+            p.name not in self.waiting and p.name not in self.preempting for p in self.job.pods
+        )
+        self.restarts.disrupted += len(self.preempting)
+        self.preempting.clear()
         self.restarts.per_pod.clear()
         self.succeeded.clear()
         self.waiting = dict.fromkeys((p.name for p in self.job.pods), now + self.restart_delay)
@@ -275,4 +362,8 @@ class Supervisor:
         grace = time.monotonic() + 30
         while time.monotonic() < grace and any(r.poll() is None for r in self.procs.values()):
             time.sleep(0.2)
-        return JobResult(True, "succeeded", time.monotonic() - started)
+        return self._result(True, "succeeded", started)
+
+    def _result(self, succeeded: bool, reason: str, started: float) -> JobResult:
+        elapsed = time.monotonic() - started
+        return JobResult(succeeded, reason, elapsed, self.restarts.pods, self.restarts.disrupted)

@@ -71,7 +71,13 @@ def scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 
 def exit_code_retries(s: Settings, _: bool) -> Iterator[ConfigError]:
-    """Under ExitCode every retry is a new pod, whose restarts the operator's backoff never counts."""
+    """Under ExitCode every retry is a new pod, whose restarts the operator's backoff never counts.
+
+    Training operator v1.9.4: `pkg/core/pod.go` SetRestartPolicy gives the pods restartPolicy Never,
+    `pkg/controller.v1/common/pod.go` ReconcilePods deletes a Failed pod whose exit code is retryable
+    (`pkg/util/train/train_util.go` IsRetryableExitCode: >= 128) and creates it anew, and
+    `pkg/core/job.go` PastBackoffLimit sums only the container restart counts of running pods (0 for
+    a new pod). Only activeDeadlineSeconds then bounds the retries (default one day)."""
     if (
         s.job_kind == "pytorchjob"
         and s.job_restart_policy == "ExitCode"

@@ -90,12 +90,13 @@ def trainjob_equivalents(s: Settings, _: bool) -> Iterator[ConfigError]:
             f"{TRAINER_MASTER_PORT} (or unset) with jobKind trainjob: Kubeflow Trainer's torch plugin "
             f"fixes the rendezvous port (PET_MASTER_PORT) at {TRAINER_MASTER_PORT}",
         )
-    if s.job_restart_policy != "OnFailure":
+    if s.job_restart_policy != "ExitCode":
         yield ConfigError(
             "jobRestartPolicy",
             s.job_restart_policy,
-            "unset with jobKind trainjob: a TrainJob has no replica restart policy (a failed node fails its "
-            "Job and JobSet restarts every node, up to jobBackoffLimit times)",
+            "unset with jobKind trainjob: a TrainJob has no replica restart policy; its rule is the "
+            "default's, ExitCode (codes 1-127 fail it at once, a failed node otherwise fails its Job and "
+            "JobSet restarts every node, up to jobBackoffLimit times)",
         )
     if s.job_clean_pod_policy != "None":
         yield ConfigError(

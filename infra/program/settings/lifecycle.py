@@ -17,7 +17,11 @@ class JobLifecycleSettings(SettingsGroup):
         ge=-1,
     )
     job_active_deadline_seconds: int = key(
-        "jobActiveDeadlineSeconds", 0, "Fail the job after N seconds of running; 0 sets no deadline.", ge=0
+        "jobActiveDeadlineSeconds",
+        86400,
+        "Fail the job after N seconds of running (default one day), whatever its retries; 0 sets no "
+        "deadline (refused with a PyTorchJob's ExitCode, whose retries nothing else bounds).",
+        ge=0,
     )
     job_backoff_limit: int = key(
         "jobBackoffLimit",
@@ -28,12 +32,21 @@ class JobLifecycleSettings(SettingsGroup):
     )
     job_restart_policy: Literal["OnFailure", "Never", "ExitCode"] = key(
         "jobRestartPolicy",
-        "OnFailure",
-        "PyTorchJob replica restart policy: OnFailure restarts failed containers in place (jobBackoffLimit "
-        "incidents survived), bad input included; ExitCode fails at once on exit codes 1-127 (bad input) "
-        "and retries 128 and above (signals, the trainer's 2xx: lost peer, S3, master, export) with new "
-        "pods, which only "
-        "jobActiveDeadlineSeconds bounds (required with it).",
+        "ExitCode",
+        "PyTorchJob replica restart policy: ExitCode (the default, the rule of every job kind) fails at "
+        "once on exit codes 1-127 (bad input) and retries 128 and above (signals: a preemption's 143, "
+        "the trainer's 2xx: lost peer, S3, master, export) with new pods, which only "
+        "jobActiveDeadlineSeconds bounds (required with it); OnFailure restarts failed containers in "
+        "place (jobBackoffLimit incidents survived), bad input included; Never fails at the first failure.",
+    )
+    job_termination_grace_period_seconds: int = key(
+        "jobTerminationGracePeriodSeconds",
+        60,
+        "terminationGracePeriodSeconds of the training pods (every job kind): the time from SIGTERM (a "
+        "preemption, an eviction, a deleted pod) to SIGKILL, for the trainer's checkpoint and exit; a "
+        "spot node's shutdown notice may cut it shorter.",
+        ge=5,
+        le=600,
     )
     job_clean_pod_policy: Literal["None", "Running", "All"] = key(
         "jobCleanPodPolicy", "None", "PyTorchJob cleanPodPolicy: which pods to delete when the job ends."
