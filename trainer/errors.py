@@ -11,12 +11,18 @@ code  meaning
 3     training data missing or corrupt (files absent, bad checksum, bad IDX)
 4     S3 credentials missing or rejected
 143   stopped by SIGTERM (a preemption, a deleted pod): the ranks agreed on a
-      step, rank 0 checkpointed it, every rank exited; a restart resumes at
+      step, rank 0 checkpointed it, every rank exited (143 where SIGTERM was
+      received, 201 on the job's other pods); a restart resumes at
       that step and ends with the model of a run never stopped (see
       :mod:`trainer.preempt`); 128 + 15, as a shell reports death by SIGTERM
 200   peer lost: a collective broke because another rank died, hung or lost
       its network (see :mod:`trainer.peers`), or the rendezvous failed; a
       restart resumes from the newest checkpoint
+201   stopped with the job: another pod's ranks were sent SIGTERM (a preemption),
+      and this rank stopped at the step they all agreed on, checkpointed by
+      rank 0; retryable, and the Job kinds' podFailurePolicy ignores it (the
+      preempted pod itself exits 143, and its DisruptionTarget condition is
+      what spares it), so a preemption counts against no retry budget
 205   S3 endpoint unreachable (``trainer.seed``: also no HTTPS mirror reachable)
 206   master not reachable within ``--master-wait-timeout`` (launcher only)
 207   model export failed: ``--export-to`` upload error other than 4 and 205
@@ -54,6 +60,7 @@ EXIT_PREEMPTED = 143
 # torchrun's launcher report death by signal N as 128 + N, and Linux signals stop at 64 (SIGRTMAX),
 # so 129-192 could be read as "killed by a signal". 200 can only come from the trainer itself.
 EXIT_PEER_LOST = 200
+EXIT_STOPPED_WITH_PEERS = 201
 EXIT_S3_UNREACHABLE = 205
 EXIT_MASTER_UNREACHABLE = 206
 EXIT_EXPORT = 207
@@ -65,7 +72,16 @@ BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
 # Job API has no range operator; 127 values, within its limit of 255).
 PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
 # The trainer's own codes for a failure that a restart fixes (a signal's 128 + N is retried too).
-RETRYABLE_EXIT_CODES = (EXIT_PEER_LOST, EXIT_S3_UNREACHABLE, EXIT_MASTER_UNREACHABLE, EXIT_EXPORT)
+RETRYABLE_EXIT_CODES = (
+    EXIT_PEER_LOST,
+    EXIT_STOPPED_WITH_PEERS,
+    EXIT_S3_UNREACHABLE,
+    EXIT_MASTER_UNREACHABLE,
+    EXIT_EXPORT,
+)
+# The codes a training Job's podFailurePolicy ignores (a new pod, counted against nothing): a pod
+# stopped because another pod of the job was preempted is no more at fault than the preempted one.
+IGNORED_EXIT_CODES = (EXIT_STOPPED_WITH_PEERS,)
 
 
 def is_retryable(code: int) -> bool:
@@ -82,6 +98,7 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
     EXIT_PREEMPTED: "SIGTERM: stopped at a checkpointed step; retryable",
     EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
+    EXIT_STOPPED_WITH_PEERS: "stopped with the job (another pod got SIGTERM); retryable",
     EXIT_S3_UNREACHABLE: "S3 endpoint (or every seed mirror) unreachable; retryable",
     EXIT_MASTER_UNREACHABLE: "master unreachable (python -m trainer.launch); retryable",
     EXIT_EXPORT: "model export failed; retryable (the export alone)",
@@ -147,6 +164,13 @@ class PreemptedError(TrainerError):
 
     exit_code = EXIT_PREEMPTED
     topic = "preempted"
+
+
+class StoppedWithPeersError(PreemptedError):
+    """This rank was not sent SIGTERM; another pod's ranks were, and all stopped at one checkpointed step."""
+
+    exit_code = EXIT_STOPPED_WITH_PEERS
+    topic = "stopped with the job"
 
 
 class PeerLostError(TrainerError):

@@ -1,4 +1,4 @@
-"""Stopping at SIGTERM: every rank stops at one agreed step, rank 0 checkpoints it, all exit 143.
+"""Stopping at SIGTERM: every rank stops at one agreed step, rank 0 checkpoints it, all exit (143/201).
 
 How the signal reaches the ranks (torch 2.13.0, ``torch/distributed/elastic/``):
 
@@ -16,8 +16,10 @@ How the signal reaches the ranks (torch 2.13.0, ``torch/distributed/elastic/``):
   is left (``multiprocessing/api.py``: ``SubprocessContext._close``). The exception then reaches
   :mod:`trainer.launch`, which exits 128 + 15 = 143;
 - on a cluster each pod's launcher is told on its own, at its own time, and a node that is not
-  preempted is not told at all: its workers learn of the stop from the others, below, and exit 143,
-  which its agent reports as a failed worker and the launcher passes on (exit 143, retryable).
+  preempted is not told at all: its workers learn of the stop from the others, below, and exit 201
+  (stopped with the job), which its agent reports as a failed worker and the launcher passes on:
+  retryable, and a code the Job kinds' podFailurePolicy ignores, as the preempted pod's
+  DisruptionTarget condition is, so a preemption counts against no pod's retries.
 
 What a worker does (:func:`install` is called first thing in :func:`trainer.__main__.run_as_process`):
 the handler only records the signal; nothing stops in the middle of a step, a collective or a write.
@@ -26,7 +28,8 @@ ranks all-reduce (MAX) a one-element "stop requested" flag: a collective every r
 same step whatever it was told, so all see the same answer and stop at the same step, and none
 waits in a collective for a rank that already left. Rank 0 then writes a checkpoint of that step
 (:mod:`trainer.checkpoint`), all ranks pass a barrier (the file is on disk before any rank exits),
-and each raises :class:`trainer.errors.PreemptedError`: exit 143, which every job kind retries
+and each raises :class:`trainer.errors.PreemptedError`: exit 143 where SIGTERM was received, 201
+where it was not (:class:`trainer.errors.StoppedWithPeersError`), which every job kind retries
 (:mod:`trainer.errors`). The restarted run resumes at that step with the same data order and
 schedule, and ends with the same model as a run never stopped.
 

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer import checkpoint, dist, engine, peers, preempt
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
-from trainer.errors import PeerLostError, PreemptedError, write_line
+from trainer.errors import PeerLostError, PreemptedError, StoppedWithPeersError, write_line
 from trainer.metrics import (
     LINEAGE_FILE,
     METRICS_FILE,
@@ -314,8 +314,8 @@ def train(run: Run) -> bool:
         train_epochs(run, start, None)
         return True
     if preempt.agreed(run.device):  # SIGTERM during start-up: nothing new to checkpoint
-        signame = preempt.STOP_SIGNAL.name
-        raise PreemptedError(f"{signame} before training; a restart resumes where this one began")
+        stopped = PreemptedError if preempt.REQUEST.requested else StoppedWithPeersError
+        raise stopped(f"{preempt.STOP_SIGNAL.name} before training; a restart resumes where this one began")
     progress = None
     if env.is_main:
         progress = Progress(progress_sinks(config), run_info(run, start), run.started)
@@ -408,7 +408,8 @@ def stop_at(
 ) -> NoReturn:
     """The ranks agreed to stop after ``epoch`` epochs and ``step`` steps of the next: rank 0
     checkpoints there (unless ``saved`` already), every rank waits for it, then raises
-    :class:`PreemptedError` (exit 143)."""
+    :class:`PreemptedError` (exit 143) where this process was sent SIGTERM, else
+    :class:`StoppedWithPeersError` (exit 201: a pod that was not preempted itself)."""
     config, env = run.config, run.env
     sums = [float(raw) for raw in dist.gather_bytes(repr(loss_sum).encode(), run.device)] if step else []
     path = checkpoint.checkpoint_path(config.checkpoint_dir, epoch, step)
@@ -424,7 +425,12 @@ def stop_at(
             line += f"; checkpoint {path} ({path.stat().st_size} bytes, written in {lap.seconds:.3f} s)"
         log(env, line)
     dist.wait_for_all_ranks()
-    raise PreemptedError(f"{preempt.STOP_SIGNAL.name}: stopped at {where}; a restart resumes from {path}")
+    signame = preempt.STOP_SIGNAL.name
+    if preempt.REQUEST.requested:
+        raise PreemptedError(f"{signame}: stopped at {where}; a restart resumes from {path}")
+    raise StoppedWithPeersError(
+        f"{signame} on another rank: stopped at {where} with it; a restart resumes from {path}"
+    )
 
 
 def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:

@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.meta import CONTAINER, JOB_LABEL, PERMANENT_EXIT_CODES, JobNames, labels
+from infra.program.meta import (
+    CONTAINER,
+    JOB_LABEL,
+    PERMANENT_EXIT_CODES,
+    STOPPED_WITH_PEERS_EXIT_CODES,
+    JobNames,
+    labels,
+)
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
 
@@ -153,7 +160,7 @@ def after_success(value: pulumi.Output[T], outcome: pulumi.Output[str]) -> pulum
     return both.apply(lambda resolved: cast(T, resolved[0]))
 
 
-def pod_failure_policy(container: str) -> k8s.batch.v1.PodFailurePolicyArgs:
+def pod_failure_policy(container: str, training: bool = False) -> k8s.batch.v1.PodFailurePolicyArgs:
     """A Job's podFailurePolicy for a container of ours: the trainer's retry rule (trainer/errors.py).
 
     `DisruptionTarget` is the condition the API server's eviction, the scheduler's preemption, the
@@ -168,15 +175,24 @@ def pod_failure_policy(container: str) -> k8s.batch.v1.PodFailurePolicyArgs:
     an unreachable S3 endpoint or master, a failed export) matches no rule and is counted against
     the backoff limit, i.e. retried. The codes are an explicit list: the API has no range operator
     (`In`, at most 255 values, ordered).
+
+    A training Job's (`training`) also ignores exit code 201: a pod whose ranks stopped with the job,
+    at a checkpointed step, because another pod was preempted (`trainer/errors.py`). The preempted
+    pod is spared by its DisruptionTarget condition, its peers by this code, so a preemption counts
+    against no retry budget; `activeDeadlineSeconds` bounds them all.
     """
     batch = k8s.batch.v1
     disrupted = batch.PodFailurePolicyOnPodConditionsPatternArgs(type="DisruptionTarget", status="True")
     permanent = batch.PodFailurePolicyOnExitCodesRequirementArgs(
         container_name=container, operator="In", values=list(PERMANENT_EXIT_CODES)
     )
+    stopped = batch.PodFailurePolicyOnExitCodesRequirementArgs(
+        container_name=container, operator="In", values=list(STOPPED_WITH_PEERS_EXIT_CODES)
+    )
     return batch.PodFailurePolicyArgs(
         rules=[
             batch.PodFailurePolicyRuleArgs(action="Ignore", on_pod_conditions=[disrupted]),
+            *([batch.PodFailurePolicyRuleArgs(action="Ignore", on_exit_codes=stopped)] if training else []),
             batch.PodFailurePolicyRuleArgs(action="FailJob", on_exit_codes=permanent),
         ]
     )
@@ -433,7 +449,7 @@ class IndexedJob(pulumi.ComponentResource):
                     if settings.job_ttl_seconds_after_finished >= 0
                     else None
                 ),
-                pod_failure_policy=pod_failure_policy(CONTAINER),
+                pod_failure_policy=pod_failure_policy(CONTAINER, training=True),
                 template=template,
             ),
             opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),

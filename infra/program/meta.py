@@ -15,6 +15,9 @@ PORT_NAME = "pytorchjob-port"  # ...and the rendezvous port by this one
 # bad input), 128 and above are retried (signals, and the trainer's transient 2xx codes).
 RETRYABLE_FROM = 128
 PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
+# The trainer's code for a rank stopped with the job because another pod was preempted (201,
+# trainer/errors.py IGNORED_EXIT_CODES): a training Job's podFailurePolicy ignores it.
+STOPPED_WITH_PEERS_EXIT_CODES = (201,)
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
 

@@ -43,7 +43,7 @@ from infra.program.jobs import (
     run_outcome,
     training_logs,
 )
-from infra.program.meta import PERMANENT_EXIT_CODES, labels
+from infra.program.meta import PERMANENT_EXIT_CODES, STOPPED_WITH_PEERS_EXIT_CODES, labels
 from infra.program.podspec import container_resources, pod_template
 from infra.program.settings import PROJECT, Settings
 
@@ -88,6 +88,15 @@ def node_job_spec(settings: Settings, template: Any) -> dict[str, Any]:
             "rules": [
                 # Evictions and preemptions are not the trainer's fault: the pod is replaced, uncounted.
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                # Nor is a pod stopped with the job because another node was preempted (exit 201).
+                {
+                    "action": "Ignore",
+                    "onExitCodes": {
+                        "containerName": NODE,
+                        "operator": "In",
+                        "values": list(STOPPED_WITH_PEERS_EXIT_CODES),
+                    },
+                },
                 # Exit codes 1-127 (a bug, bad input) fail again on retry: the Job fails with reason
                 # PodFailurePolicy, which the JobSet rule PERMANENT_RULE makes final. Any other failure
                 # (128 and above: retryable) fails the Job (backoffLimit 0): JobSet restarts every node.

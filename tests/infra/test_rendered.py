@@ -259,9 +259,14 @@ def test_indexed_job_torchrun_arguments_per_node():
 def test_indexed_job_failure_rules():
     spec = one(render_config({"jobKind": "indexed-job", "jobBackoffLimit": 4}), "Job")["spec"]
     assert spec["backoffLimitPerIndex"] == 4
-    # First match wins: a disruption is never counted, then 1-127 fail the Job, the rest is retried.
-    ignore, fail = spec["podFailurePolicy"]["rules"]
+    # First match wins: a disruption is never counted, nor a pod stopped with the job (201) because
+    # another was preempted; then 1-127 fail the Job, the rest is retried.
+    ignore, stopped, fail = spec["podFailurePolicy"]["rules"]
     assert ignore == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert stopped == {
+        "action": "Ignore",
+        "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": [201]},
+    }
     assert fail == {
         "action": "FailJob",
         "onExitCodes": {"containerName": "pytorch", "operator": "In", "values": list(range(1, 128))},
@@ -407,10 +412,12 @@ def test_labels_everywhere():
 def test_the_retry_rule_is_the_trainers():
     """The podFailurePolicy's FailJob codes and the trainer's exit codes are one contract: 1-127 are
     permanent, 128 and above (the training operator's ExitCode rule) retryable."""
-    from infra.program.meta import PERMANENT_EXIT_CODES, RETRYABLE_FROM
+    from infra.program.meta import PERMANENT_EXIT_CODES, RETRYABLE_FROM, STOPPED_WITH_PEERS_EXIT_CODES
     from trainer import errors
 
     assert (PERMANENT_EXIT_CODES, RETRYABLE_FROM) == (errors.PERMANENT_EXIT_CODES, errors.RETRYABLE_FROM)
+    assert STOPPED_WITH_PEERS_EXIT_CODES == errors.IGNORED_EXIT_CODES == (errors.EXIT_STOPPED_WITH_PEERS,)
+    assert all(errors.is_retryable(c) for c in STOPPED_WITH_PEERS_EXIT_CODES)
     assert set(errors.BAD_INPUT_EXIT_CODES) | {errors.EXIT_INTERNAL} <= set(PERMANENT_EXIT_CODES)
     assert min(errors.RETRYABLE_EXIT_CODES) > 192  # above every 128 + signal (SIGRTMAX is 64)
     assert all(errors.is_retryable(c) for c in errors.RETRYABLE_EXIT_CODES)

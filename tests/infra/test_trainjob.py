@@ -272,7 +272,11 @@ def test_retries_and_ttl_map_to_jobset_failure_policy_and_ttl(incidents, ttl):
     assert jobset.get("ttlSecondsAfterFinished") == (ttl if ttl >= 0 else None)
     job = jobset["replicatedJobs"][0]["template"]["spec"]
     assert job["backoffLimit"] == 0  # a lost rank fails the Job, the JobSet restarts every node
-    ignore, fail = job["podFailurePolicy"]["rules"]
+    ignore, stopped, fail = job["podFailurePolicy"]["rules"]
+    assert stopped == {
+        "action": "Ignore",
+        "onExitCodes": {"containerName": "node", "operator": "In", "values": [201]},
+    }
     assert fail == {
         "action": "FailJob",
         "onExitCodes": {"containerName": "node", "operator": "In", "values": list(range(1, 128))},

@@ -239,3 +239,23 @@ def test_a_run_preempted_in_its_second_epoch_ends_with_the_uninterrupted_model(k
         summary
     )
     assert _end(job) == uninterrupted  # bitwise the same model.pt
+
+
+@pytest.mark.parametrize("kind", ["indexed-job", "trainjob"])
+def test_a_pod_stopped_with_the_job_for_a_preempted_peer_is_replaced_uncounted(kind, tmp_path):
+    """Exit 201 (its ranks stopped at the step the job agreed on because another pod was preempted) is
+    ignored by the training Job's podFailurePolicy: with jobBackoffLimit 0 the pod is replaced and the
+    job goes on, where 143 without a disruption fails it (above)."""
+    values, pod, _ = KINDS[kind]
+    job = plan_stack(render_config({**SMALL, "jobNodes": 2, **values, "jobBackoffLimit": 0}), tmp_path, {})
+    assert job.restart.ignored_codes == (201,)
+    _stepping_pods(job, tmp_path)
+    target = next(p for p in job.pods if p.name == pod)
+    target.argv[2] = target.argv[2].replace(
+        "time.sleep(0.02)\n", "time.sleep(0.02)\n    if step == 5 and n == 0: sys.exit(201)\n"
+    )
+    out = io.StringIO()
+    result = Supervisor(job, out, restart_delay=0.05).run(60)
+    assert result.succeeded, out.getvalue()
+    assert "the podFailurePolicy ignores exit code 201, not counted" in out.getvalue()
+    assert result.restarts == 0

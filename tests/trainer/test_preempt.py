@@ -1,5 +1,6 @@
-"""SIGTERM: the ranks stop at one step, rank 0 checkpoints it, all exit 143; the restart ends with
-the model of a run never stopped (bitwise, on CPU/gloo) and loses no step."""
+"""SIGTERM: the ranks stop at one step, rank 0 checkpoints it, all exit (143 where SIGTERM was received,
+201 on the job's other pods); the restart ends with the model of a run never stopped (bitwise, on
+CPU/gloo) and loses no step."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from trainer import engine
 from trainer.checkpoint import checkpoint_path, list_checkpoints
-from trainer.errors import EXIT_PREEMPTED
+from trainer.errors import EXIT_PREEMPTED, EXIT_STOPPED_WITH_PEERS
 from trainer.model import build_model
 
 STEPS_PER_EPOCH = 50  # --train-limit=6400 at the default global batch of 128
@@ -129,21 +130,13 @@ def uninterrupted_2_ranks(procs: Any, mnist_gz_dir: Path, tmp_path_factory: pyte
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("told", ["launcher", "rank 1 alone"])
 def test_sigterm_mid_epoch_on_two_ranks_checkpoints_that_step_and_the_restart_ends_identical(
-    procs: Any, mnist_gz_dir: Path, tmp_path: Path, uninterrupted_2_ranks: Path, told: str
+    procs: Any, mnist_gz_dir: Path, tmp_path: Path, uninterrupted_2_ranks: Path
 ) -> None:
-    """``launcher``: the kubelet's SIGTERM to PID 1, which torchrun's agent passes to both ranks.
-    ``rank 1 alone``: the other node's pod was told (its agent forwarded it), this node's was not."""
+    """The kubelet's SIGTERM to PID 1, which torchrun's agent passes to both ranks of the pod."""
     args = trainer_args(tmp_path, mnist_gz_dir)
     argv = [sys.executable, "-m", "trainer.launch", *procs.launch_args(2, args)]
-
-    def stop(launcher: int) -> None:
-        target = launcher if told == "launcher" else procs.worker_with_rank(launcher, 1)
-        assert target is not None
-        os.kill(target, signal.SIGTERM)
-
-    code, output = preempt_at(argv, procs.env(), 10, stop)
+    code, output = preempt_at(argv, procs.env(), 10, lambda launcher: os.kill(launcher, signal.SIGTERM))
     assert code == EXIT_PREEMPTED, output[-3000:]
     step = mid_epoch_step(tmp_path)
     assert 10 <= step < STEPS_PER_EPOCH
@@ -152,14 +145,66 @@ def test_sigterm_mid_epoch_on_two_ranks_checkpoints_that_step_and_the_restart_en
     where = f"step {step}/{STEPS_PER_EPOCH} of epoch 1"
     stopped = f"trainer: preempted: SIGTERM: stopped at {where}; a restart resumes from {tmp_path}/"
     assert sum(line.startswith(stopped) for line in output.splitlines()) == 2, output[-3000:]
-    if told == "launcher":
-        assert "launch: torchrun stopped by SIGTERM: exit code 143 (retryable)" in output
-    else:
-        assert re.search(r"^launch: worker rank \d failed with exit code 143 ", output, re.MULTILINE), output
+    assert "launch: torchrun stopped by SIGTERM: exit code 143 (retryable)" in output
 
     again = procs.run("trainer.launch", procs.launch_args(2, args))
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"(epoch 0/2, {where})" in again.stdout
+    assert int(PROGRESS.findall(again.stdout)[0]) == step + 1
+    assert_same_end(uninterrupted_2_ranks, tmp_path)
+
+
+def node(procs: Any, node_rank: int, port: int, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "trainer.launch", *procs.node_launch_args(node_rank, port, args)]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_pod_of_two_stops_both_and_the_other_exits_201(
+    procs: Any, mnist_gz_dir: Path, tmp_path: Path, uninterrupted_2_ranks: Path
+) -> None:
+    """Two pods of one rank each, as a two-node job runs; the kubelet preempts node 1's pod alone. Its
+    rank exits 143; node 0's, never told, stops at the same step and exits 201, the code the Job kinds'
+    podFailurePolicy ignores; the restart of both ends with the uninterrupted run's model."""
+    args, env, port = trainer_args(tmp_path, mnist_gz_dir), procs.env(), procs.free_port()
+    with subprocess.Popen(
+        node(procs, 1, port, args),
+        cwd=REPO_ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    ) as preempted:
+        try:
+            code, output = preempt_at(
+                node(procs, 0, port, args), env, 10, lambda _: os.kill(preempted.pid, signal.SIGTERM)
+            )
+            told, _ = preempted.communicate(timeout=60)
+        finally:
+            preempted.kill()
+    assert (code, preempted.returncode) == (EXIT_STOPPED_WITH_PEERS, EXIT_PREEMPTED), output + told
+    step = mid_epoch_step(tmp_path)
+    where = f"step {step}/{STEPS_PER_EPOCH} of epoch 1"
+    assert f"trainer: stopped with the job: SIGTERM on another rank: stopped at {where}" in output
+    assert f"trainer: preempted: SIGTERM: stopped at {where}" in told
+    assert int(PROGRESS.findall(output)[-1]) == step  # no step lost
+    with subprocess.Popen(
+        node(procs, 1, port, args),
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as other:
+        again = subprocess.run(
+            node(procs, 0, port, args),
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert other.wait(timeout=60) == 0
+    assert again.returncode == 0, again.stderr[-3000:]
     assert int(PROGRESS.findall(again.stdout)[0]) == step + 1
     assert_same_end(uninterrupted_2_ranks, tmp_path)
 

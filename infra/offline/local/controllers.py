@@ -62,6 +62,8 @@ def after_failure(job: JobPlan, pod: LocalPod, code: int, restarts: Restarts) ->
     rule = job.restart
     if rule.fails_job_at_once(code):
         return FailJob("no retry for this exit code")
+    if code in rule.ignored_codes:
+        return RestartPod(f"the podFailurePolicy ignores exit code {code}, not counted", counted=False)
     if job.kind == "trainjob" and restarts.total >= rule.job_backoff_limit:
         # Its node Job has failed: JobSet recreates every Job (every pod), or fails.
         if rule.exhausted(0, restarts.jobset):

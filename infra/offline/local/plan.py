@@ -42,6 +42,9 @@ class RestartRule:
     job_backoff_limit: int = 0  # TrainJob: retries of failed pods within a node Job before it fails
     # Job kinds: the podFailurePolicy ignores a pod with the DisruptionTarget condition (a preemption)
     ignores_disruption: bool = False
+    ignored_codes: tuple[
+        int, ...
+    ] = ()  # Job kinds: podFailurePolicy Ignore exit codes (a new pod, uncounted)
 
     def exhausted(self, pod_restarts: int, job_restarts: int) -> bool:
         """Whether the failed pod's restart would fail the job, counted as its controller counts.
@@ -234,14 +237,15 @@ def _trainjob_rule(job: Mapping[str, Any], objects: Sequence[Mapping[str, Any]])
         codes if action("PodFailurePolicy") == "FailJobSet" else (),
         job_backoff_limit=int(job_spec.get("backoffLimit", 6)),
         ignores_disruption=ignores_disruption(job_spec.get("podFailurePolicy")),
+        ignored_codes=fail_job_codes(job_spec.get("podFailurePolicy"), "Ignore"),
     )
 
 
-def fail_job_codes(policy: Mapping[str, Any] | None) -> tuple[int, ...]:
-    """The exit codes (1-255) a podFailurePolicy fails the Job on, as the Job controller matches
-    them (Kubernetes `pkg/controller/job/pod_failure_policy.go`): rules in order, the first whose
-    `onExitCodes` (`In` or `NotIn`, exit code 0 never matching) takes the code decides. Pod
-    condition rules are `ignores_disruption`'s."""
+def fail_job_codes(policy: Mapping[str, Any] | None, action_name: str = "FailJob") -> tuple[int, ...]:
+    """The exit codes (1-255) a podFailurePolicy fails the Job on (or, with `action_name`, takes that
+    action on: `Ignore`), as the Job controller matches them (Kubernetes `pkg/controller/job/
+    pod_failure_policy.go`): rules in order, the first whose `onExitCodes` (`In` or `NotIn`, exit
+    code 0 never matching) takes the code decides. Pod condition rules are `ignores_disruption`'s."""
     rules = [r for r in (policy or {}).get("rules", []) if "onExitCodes" in r]
 
     def action(code: int) -> str | None:
@@ -252,7 +256,7 @@ def fail_job_codes(policy: Mapping[str, Any] | None) -> tuple[int, ...]:
                 return str(rule["action"])
         return None
 
-    return tuple(code for code in range(1, 256) if action(code) == "FailJob")
+    return tuple(code for code in range(1, 256) if action(code) == action_name)
 
 
 def ignores_disruption(policy: Mapping[str, Any] | None) -> bool:
@@ -286,8 +290,15 @@ def _restart_rule(
     kind = "indexed-job" if spec.get("completionMode") == "Indexed" else "job"
     codes = fail_job_codes(spec.get("podFailurePolicy"))
     limit = spec.get("backoffLimitPerIndex", 0) if kind == "indexed-job" else spec.get("backoffLimit", 6)
-    ignored = ignores_disruption(spec.get("podFailurePolicy"))
-    rule = RestartRule(kind, "Never", int(limit), codes, ignores_disruption=ignored)
+    policy = spec.get("podFailurePolicy")
+    rule = RestartRule(
+        kind,
+        "Never",
+        int(limit),
+        codes,
+        ignores_disruption=ignores_disruption(policy),
+        ignored_codes=fail_job_codes(policy, "Ignore"),
+    )
     return rule, spec.get("activeDeadlineSeconds")
 
 
