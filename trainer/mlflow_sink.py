@@ -19,7 +19,8 @@ size, and MLflow refuses to change a logged param); points between the checkpoin
 appear twice in a curve's history.
 
 Requests go from one background thread, so a slow or unreachable server never holds a training
-step; :meth:`MlflowSink.finished` waits for them, at most :data:`FINISH_TIMEOUT_S`. The first
+step; :meth:`MlflowSink.finished` waits for them, at most :data:`FINISH_TIMEOUT_S` (a run that did
+not succeed, e.g. a preempted one: :data:`STOPPED_TIMEOUT_S`). The first
 failure stops MLflow logging for the rest of the run: the next call on the sink raises it, and
 :class:`trainer.progress.Progress` prints it as one line (``trainer: mlflow progress stopped: ...``,
 without credentials) and drops the sink. Training goes on either way.
@@ -47,6 +48,10 @@ LINEAGE_FILE = "lineage.json"
 ARTIFACTS = (MODEL_FILE, METRICS_FILE, LINEAGE_FILE)
 STATE_FILE = "mlflow-run.json"
 FINISH_TIMEOUT_S = 120.0
+# A run that did not succeed (a preemption above all) uploads nothing and must exit well inside the
+# pod's grace period (jobTerminationGracePeriodSeconds, 60 s by default) and torchrun's 30 s
+# shutdown timeout: it waits at most this long for the server.
+STOPPED_TIMEOUT_S = 10.0
 DEFAULT_EXPERIMENT_ID = "0"
 
 
@@ -108,9 +113,10 @@ class MlflowSink:
         self._raise_failure()
         self.jobs.put(lambda: self._end_run(succeeded))
         self.jobs.put(None)
-        self.thread.join(FINISH_TIMEOUT_S)
+        timeout = FINISH_TIMEOUT_S if succeeded else STOPPED_TIMEOUT_S
+        self.thread.join(timeout)
         if self.thread.is_alive():
-            raise MlflowError(f"the tracking server did not answer within {FINISH_TIMEOUT_S:.0f}s")
+            raise MlflowError(f"the tracking server did not answer within {timeout:.0f}s")
         self._raise_failure()
 
     # Rank 0's side: queue work, surface the worker's first failure.

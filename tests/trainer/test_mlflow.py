@@ -204,6 +204,26 @@ def test_a_hung_server_never_holds_the_training_loop(tmp_path: Path, capsys: Any
     assert out == f"trainer: mlflow progress stopped: POST {url}/api/2.0/mlflow/runs/create: timed out\n"
 
 
+def test_a_stopped_run_waits_for_a_hung_server_far_less_than_a_finished_one(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preempted run (finished(False)) must exit inside its grace period: it waits at most
+    STOPPED_TIMEOUT_S for the server, not FINISH_TIMEOUT_S."""
+    from trainer import mlflow_sink
+
+    monkeypatch.setattr(mlflow_sink, "STOPPED_TIMEOUT_S", 1.0)
+    with silent_server() as url:
+        sink = make_sink(tmp_path, url, MLFLOW_HTTP_REQUEST_TIMEOUT="60")
+        began = time.perf_counter()
+        train_two_epochs(sink, succeeded=False)
+        total = time.perf_counter() - began
+    assert total < 1.0 + 1.0 < mlflow_sink.FINISH_TIMEOUT_S
+    assert (
+        capsys.readouterr().out
+        == "trainer: mlflow progress stopped: the tracking server did not answer within 1s\n"
+    )
+
+
 def test_a_closed_port_is_one_line(tmp_path: Path, capsys: Any) -> None:
     with silent_server() as url:
         pass  # the port is closed again
