@@ -194,7 +194,8 @@ def _seeded_plan(values: dict, root: Path) -> JobPlan:
     assert seeded.returncode == 0, seeded.stderr
     job = plan_stack(render_config({**SMALL, "jobNodes": 2, "jobEpochs": 2, **values}), root, {})
     for pod in job.pods:
-        pod.argv += ["--train-limit=2560", "--progress-seconds=0", "--log-every=1"]
+        # 20 steps an epoch: the ranks agree every 10th, so a stop lands mid-epoch
+        pod.argv += ["--train-limit=5120", "--progress-seconds=0", "--log-every=1"]
         pod.env["OMP_NUM_THREADS"] = "1"
     return job
 
@@ -219,25 +220,26 @@ def uninterrupted(tmp_path_factory) -> tuple[str, float]:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_run_preempted_in_its_second_epoch_ends_with_the_uninterrupted_model(kind, tmp_path, uninterrupted):
+    """Preempted at step 23 (the 3rd of epoch 2): the ranks stop together at step 30, rank 0
+    checkpoints it mid-epoch, the preempted pod exits 143 and the other 201, and the restarted
+    pods end with the uninterrupted run's model.pt, bit for bit."""
     values, pod, count = KINDS[kind]
     if kind == "pytorchjob":
         pod = "mnist-r1-master-0"  # rank 0 itself, where the checkpoints are written
     job = _seeded_plan(values, tmp_path)
     out = io.StringIO()
-    _, result = run_plan(job, 300, out, (Preemption(pod, step=14),), restart_delay=2)
+    _, result = run_plan(job, 300, out, (Preemption(pod, step=23),), restart_delay=2)
     output = out.getvalue()
     assert result.succeeded, output[-4000:]
-    preempted = output.index(f"[local] preempting pod {pod} (--preempt {pod}@14, at step 14)")
-    assert (
-        output.index("trainer: epoch 1/2 ") < preempted < output.index("trainer: epoch 2/2 ")
-    )  # mid-epoch 2
-    assert f"[local] pod {pod} preempted at step 14 (DisruptionTarget): exited with 143 " in output
-    assert "trainer: resumed from " in output
+    preempted = output.index(f"[local] preempting pod {pod} (--preempt {pod}@23, at step 23)")
+    assert output.index("trainer: epoch 1/2 ") < preempted < output.index("trainer: epoch 2/2 ")
+    assert "trainer: stop at step 10/20 of epoch 2: SIGTERM on a rank" in output
+    assert f"[local] pod {pod} preempted at step 23 (DisruptionTarget): exited with 143 " in output
+    other = next(p.name for p in job.pods if p.name != pod)
+    assert f"[local] pod {other} exited with 201" in output, output[-4000:]
+    assert "(epoch 1/2, step 10/20 of epoch 2)" in output  # the restart resumed mid-epoch
     summary = output.splitlines()[-1]
-    accuracy = f"{100 * uninterrupted[1]:.2f}%"
-    assert f"(1 pod restart after failures, 1 after a preemption): test accuracy {accuracy}" in summary, (
-        summary
-    )
+    assert f"test accuracy {100 * uninterrupted[1]:.2f}%" in summary, summary
     assert _end(job) == uninterrupted  # bitwise the same model.pt
 
 
