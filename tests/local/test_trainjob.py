@@ -71,7 +71,13 @@ def test_each_node_gets_the_torch_plugins_env_with_the_master_here(tmp_path):
     }
     job = plan_stack(render_config(values), tmp_path, {})
     assert job.restart == RestartRule(
-        "trainjob", "Never", 2, tuple(range(1, 128)), job_backoff_limit=0, ignores_disruption=True
+        "trainjob",
+        "Never",
+        2,
+        tuple(range(1, 128)),
+        job_backoff_limit=0,
+        ignores_disruption=True,
+        ignored_codes=(201,),
     )
     assert job.active_deadline == 900
     first, last = job.pods[0], job.pods[2]
