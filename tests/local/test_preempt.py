@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from infra.offline.local.stack import check_preemptions, report, run_plan
 from infra.offline.local.supervisor import Supervisor
 from infra.offline.local.workloads import plan_stack
 from tests.infra.conftest import render_config
+from tests.local.seeding import seed_data_volume
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 KINDS = {
@@ -36,8 +36,6 @@ KINDS = {
         "(DisruptionTarget: the podFailurePolicy ignores it, not counted)",
     ),
 }
-ROOT = Path(__file__).resolve().parents[2]
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 
 
 @pytest.mark.parametrize(
@@ -178,20 +176,7 @@ def test_a_pod_still_running_after_its_grace_period_is_killed(tmp_path):
 def _seeded_plan(values: dict, root: Path) -> JobPlan:
     """The training job over a seeded data volume, 2 nodes, 2 epochs of 10 steps (2560 images), a
     progress line per step."""
-    seeded = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.seed",
-            f"--from={SHARED_MNIST}",
-            f"--to={root}/pvc/ddp-mnist-data/mnist",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert seeded.returncode == 0, seeded.stderr
+    seed_data_volume(root)
     job = plan_stack(render_config({**SMALL, "jobNodes": 2, "jobEpochs": 2, **values}), root, {})
     for pod in job.pods:
         # 20 steps an epoch: the ranks agree every 10th, so a stop lands mid-epoch

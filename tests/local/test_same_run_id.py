@@ -8,8 +8,6 @@ import contextlib
 import io
 import json
 import socket
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -21,11 +19,10 @@ from infra.offline.local.s3 import local_s3
 from infra.offline.local.supervisor import Supervisor
 from infra.offline.local.workloads import plan_stack
 from tests.infra.conftest import render_config
+from tests.local.seeding import seed_data_volume
 
 pytestmark = pytest.mark.slow  # local runs of the trainer
 
-ROOT = Path(__file__).resolve().parents[2]
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 SMALL = {
     "jobNodes": 2,
     "jobEpochs": 1,
@@ -50,23 +47,6 @@ MINIO = {
 }
 
 
-def _seed(root: Path) -> None:
-    seeded = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.seed",
-            f"--from={SHARED_MNIST}",
-            f"--to={root}/pvc/ddp-mnist-data/mnist",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert seeded.returncode == 0, seeded.stderr
-
-
 def _plan(values: dict, root: Path, overrides: dict[str, str] | None = None) -> JobPlan:
     job = plan_stack(render_config({**SMALL, **values}), root, overrides or {})
     for pod in job.pods:
@@ -82,7 +62,7 @@ def _run(job: JobPlan, out: io.StringIO | None = None) -> tuple[bool, str, str]:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_an_edited_schedule_under_the_same_run_id_trains_afresh_and_says_so(kind, tmp_path):
-    _seed(tmp_path)
+    seed_data_volume(tmp_path)
     ok, reason, output = _run(_plan(KINDS[kind], tmp_path))
     assert ok, f"{reason}\n{output[-3000:]}"
     job = _plan({**KINDS[kind], "jobEpochs": 2}, tmp_path)  # the edit: same jobRunId
@@ -148,7 +128,7 @@ class OpensOnFailure(io.StringIO):
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_failed_export_is_retried_to_completion_by_rank_0_alone(kind, tmp_path):
-    _seed(tmp_path)
+    seed_data_volume(tmp_path)
     with local_s3(tmp_path / "s3") as s3:
         host, port = s3.endpoint.removeprefix("http://").split(":")
         gate = Gate(free_port(), (host, int(port)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,29 +17,15 @@ from infra.offline.local.supervisor import Supervisor
 from infra.offline.local.workloads import plan_stack
 from infra.offline.manifest import Rendering
 from tests.infra.conftest import render_config
+from tests.local.seeding import seed_data_volume
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False, **SMALL}
-ROOT = Path(__file__).resolve().parents[2]
-SHARED_MNIST = ROOT.parent / "shared" / "data" / "mnist"
 
 
 def _plan(rendering: Rendering, root: Path) -> JobPlan:
     """The TrainJob, planned over a data volume already seeded (what the seed Job does)."""
-    seeded = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.seed",
-            f"--from={SHARED_MNIST}",
-            f"--to={root}/pvc/ddp-mnist-data/mnist",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert seeded.returncode == 0, seeded.stderr
+    seed_data_volume(root)
     return plan_stack(rendering, root, {})
 
 

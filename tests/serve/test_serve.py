@@ -401,15 +401,21 @@ def upload(s3: Any, trained: Path, bucket: str, prefix: str) -> str:
     return f"s3://{bucket}/{prefix}"
 
 
-def test_the_model_is_served_from_s3(s3_server: Any, trained: Path) -> None:
-    uri = upload(s3_server, trained, "models-a", "team/models/job-a/")
-    served = start_server(uri, env=s3_server.env())
+def serves_well(uri: str, *flags: str, env: dict[str, str]) -> tuple[str, str]:
+    """Start the server on `uri`, check it gets ready and answers right, stop it (exit 0); its output."""
+    served = start_server(uri, *flags, env=env)
     try:
         wait_ready(served)
         good(served)
     finally:
         code, out, err = served.stop()
     assert code == 0, err
+    return out, err
+
+
+def test_the_model_is_served_from_s3(s3_server: Any, trained: Path) -> None:
+    uri = upload(s3_server, trained, "models-a", "team/models/job-a/")
+    out, err = serves_well(uri, env=s3_server.env())
     assert f"from {uri} (model.pt sha256" in out
     assert s3_server.secret not in out + err
 
@@ -645,13 +651,7 @@ def test_a_model_from_s3_must_be_the_one_the_job_wrote(s3_server: Any, trained: 
     becomes ready."""
     uri = upload(s3_server, trained, "models-d", "team/models/job-d/")
     job_sums = str(trained / "SHA256SUMS")
-    served = start_server(uri, f"--sums-from={job_sums}", env=s3_server.env())
-    try:
-        wait_ready(served)
-        good(served)
-    finally:
-        code, out, err = served.stop()
-    assert code == 0, err
+    out, _ = serves_well(uri, f"--sums-from={job_sums}", env=s3_server.env())
     assert f"verified against SHA256SUMS and the job's {job_sums})" in out
     # The export replaced: another model (the same weights, saved again with one changed) and its own sums.
     import torch

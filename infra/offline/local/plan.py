@@ -123,9 +123,14 @@ class JobPlan:
     dns_dir: Path | None = None  # the local name map the init containers' DNS lookups read
 
     @property
+    def master_flags(self) -> dict[str, str]:
+        """The master's `--flag=value` arguments."""
+        return dict(a.split("=", 1) for a in self.pods[0].argv if a.startswith("--") and "=" in a)
+
+    @property
     def output_dir(self) -> Path | None:
         """Where the master writes metrics.json and model.pt (its --output-dir or --checkpoint-dir)."""
-        flags = dict(a.split("=", 1) for a in self.pods[0].argv if a.startswith("--") and "=" in a)
+        flags = self.master_flags
         where = flags.get("--output-dir") or flags.get("--checkpoint-dir")
         return Path(where) if where else None
 
@@ -133,7 +138,7 @@ class JobPlan:
     def curves_dir(self) -> Path | None:
         """Where the master writes TensorBoard event files: its --tensorboard-dir, else the trainer's
         default (CHECKPOINT_DIR/tensorboard); None when the job turned them off or is no trainer."""
-        flags = dict(a.split("=", 1) for a in self.pods[0].argv if a.startswith("--") and "=" in a)
+        flags = self.master_flags
         if "--tensorboard-dir" in flags:
             where = flags["--tensorboard-dir"]
             return None if where.strip().lower() == "none" else Path(where)

@@ -9,6 +9,15 @@ from infra.program.settings import Settings, parse_quantity
 from infra.program.settings.serving import TENSORBOARD_REQUESTS as BOARD_REQUESTS
 
 
+def board_share(s: Settings, resource: str) -> tuple[float, str]:
+    """The TensorBoard pod's request of `resource` ("cpu" or "memory") with tensorboardDeploy, and the
+    words a quota message adds for it; nothing without it."""
+    if not s.tensorboard_deploy:
+        return 0.0, ""
+    request = BOARD_REQUESTS[resource]
+    return parse_quantity(request), f" + TensorBoard's {request} (tensorboardDeploy)"
+
+
 def namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
     """The job must fit the namespace budget it is deployed with, or its pods could never start."""
     gpus = s.job_nodes * s.job_gpus_per_node
@@ -34,10 +43,9 @@ def namespace_budget(s: Settings, _: bool) -> Iterator[ConfigError]:
             "memory",
         ),
     ):
-        board = BOARD_REQUESTS[resource] if s.tensorboard_deploy else None
-        need = s.job_nodes * parse_quantity(request) + (parse_quantity(board) if board else 0)
+        board, plus = board_share(s, resource)
+        need = s.job_nodes * parse_quantity(request) + board
         if quota and need > parse_quantity(quota):
-            plus = f" + TensorBoard's {board} (tensorboardDeploy)" if board else ""
             yield ConfigError(
                 name,
                 quota,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from infra.program.checks.budget import board_share
 from infra.program.checks.errors import ConfigError
 from infra.program.checks.operators import unvendored_version
 from infra.program.settings import Settings, parse_quantity
-from infra.program.settings.serving import TENSORBOARD_REQUESTS as BOARD_REQUESTS
 from infra.program.vendored import KSERVE
 
 
@@ -89,11 +89,9 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
             "memory",
         ),
     ):
-        board = BOARD_REQUESTS[resource] if s.tensorboard_deploy else None
-        need = s.job_nodes * parse_quantity(job_request) + servers * parse_quantity(serve_request)
-        need += parse_quantity(board) if board else 0
+        board, plus = board_share(s, resource)
+        need = s.job_nodes * parse_quantity(job_request) + servers * parse_quantity(serve_request) + board
         if quota and need > parse_quantity(quota):
-            plus = f" + TensorBoard's {board} (tensorboardDeploy)" if board else ""
             yield ConfigError(
                 name,
                 quota,
