@@ -23,15 +23,15 @@ What it adds to plain torchrun:
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
 import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
+from trainer.__main__ import exit_process
 from trainer.errors import (
     EXIT_CODE_MEANINGS,
     EXIT_INTERNAL,
@@ -237,19 +237,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
 
 
-def exit_process(code: int) -> NoReturn:
-    """Flush, then end the launcher with ``code`` without interpreter finalization.
-
-    By the time :func:`main` returns, torchrun's agent has reaped every worker (on SIGTERM after they
-    stopped and checkpointed: :mod:`trainer.preempt`) and nothing is left to write. What the
-    interpreter's finalization would still do is tear down the torch the launcher imported, which
-    took about 1.9 s on the 2-rank CPU run: time the pod spends inside its termination grace period
-    for nothing. As in :func:`trainer.__main__.exit_process`, ``os._exit`` skips it.
-    """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    # By the time main() returns, torchrun's agent has reaped every worker (on SIGTERM after they
+    # stopped and checkpointed: trainer.preempt) and nothing is left to write; the interpreter's
+    # teardown of the torch the launcher imported took about 1.9 s of the pod's grace period on the
+    # 2-rank CPU run, which exit_process (os._exit) skips.
     exit_process(main())
