@@ -6,8 +6,9 @@ The files themselves (names, layouts, ``SHA256SUMS``, the IDX header check) are
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -17,6 +18,7 @@ from trainer.mnist_files import (
     TEST_LABELS,
     TRAIN_IMAGES,
     TRAIN_LABELS,
+    data_files,
     decode_idx,
     find_file,
     resolve_data_dir,
@@ -40,6 +42,8 @@ class MnistTensors:
     train_y: torch.Tensor
     test_x: torch.Tensor
     test_y: torch.Tensor
+    # The files as read, each with its sha256 (trainer.mnist_files.data_files): lineage.json's data.
+    files: dict[str, Any] = field(default_factory=dict)
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -56,7 +60,8 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
 def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistTensors:
     """Both splits from ``root``; ``train_limit`` > 0 keeps only the first N training images."""
     directory = resolve_data_dir(root)
-    verify_sums(directory)
+    files = data_files(directory)  # hashed once, here: the bytes this run trains on
+    verify_sums(directory, {entry["file"]: entry["sha256"] for entry in files["files"].values()})
     arrays = {name: read_idx(find_file(directory, name) or directory / name) for name in FILES}
     train_x, train_y = arrays[TRAIN_IMAGES], arrays[TRAIN_LABELS]
     if train_limit > 0:
@@ -66,4 +71,5 @@ def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistT
         train_y=train_y.to(device=device, dtype=torch.long),
         test_x=arrays[TEST_IMAGES].unsqueeze(1).to(device),
         test_y=arrays[TEST_LABELS].to(device=device, dtype=torch.long),
+        files=files,
     )

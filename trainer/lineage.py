@@ -31,14 +31,12 @@ import platform
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from trainer.cli import TrainConfig
 from trainer.metrics import MODEL_FILE
-from trainer.mnist_files import FILES, SUMS_FILE, find_file, read_sums, resolve_data_dir, sha256_file
 
 SCHEMA = "ddp-mnist.lineage/v1"
 # Set by the pod builder (infra/program/podspec.py lineage_env) and by the image (Dockerfile).
@@ -73,26 +71,6 @@ def canonical_sha256(value: Any) -> str:
     """sha256 of ``value`` as canonical JSON: sorted keys, no spaces, UTF-8."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def local_data_root(config: TrainConfig) -> Path:
-    """Where the run read MNIST from: the --data directory, or the node's cache of an s3:// source
-    (``trainer.s3.fetch_dataset`` downloads into ``--cache-dir`` and returns it)."""
-    return config.cache_dir if config.data_is_s3 else Path(config.data)
-
-
-def data_files(root: Path) -> dict[str, Any]:
-    """The four files as the loader finds them (``trainer.mnist_files.find_file``), each file's sha256,
-    and the SHA256SUMS beside them that :func:`trainer.mnist_files.verify_sums` checked them against."""
-    directory = resolve_data_dir(root)
-    sums_path = directory / SUMS_FILE
-    listed = read_sums(sums_path) if sums_path.is_file() else {}
-    files: dict[str, Any] = {}
-    for name in FILES:
-        path = find_file(directory, name) or directory / name
-        files[name] = {"file": path.name, "sha256": sha256_file(path)}
-    verified = bool(listed) and all(entry["file"] in listed for entry in files.values())
-    return {"files": files, "verified_by": SUMS_FILE if verified else None}
 
 
 def image(environ: Mapping[str, str]) -> dict[str, str | None]:
@@ -132,15 +110,17 @@ def record(
     device: str,
     started_unix: float,
     resumed_from_epoch: int,
+    data: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """lineage.json's content (see the module docstring)."""
+    """lineage.json's content (see the module docstring); ``data`` is the files as the run loaded them
+    (:func:`trainer.mnist_files.data_files`, hashed at load)."""
     env = os.environ if environ is None else environ
     shaping = settings(config, world_size, backend)
     return {
         "schema": SCHEMA,
         "model": {"file": MODEL_FILE, "sha256": model_sha256},
-        "data": {"source": config.data, **data_files(local_data_root(config))},
+        "data": {"source": config.data, **data},
         "image": image(env),
         "stack": env.get(STACK_ENV) or None,
         "settings": shaping,

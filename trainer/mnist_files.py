@@ -19,7 +19,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import struct
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from trainer.errors import DataError
 
@@ -84,14 +86,30 @@ def resolve_data_dir(root: Path) -> Path:
     raise DataError(f"{layout_dir / missing}(.gz) not found; {SEED_HINT}")
 
 
-def verify_sums(directory: Path) -> None:
-    """Check every file named in ``directory/SHA256SUMS`` (if that file exists)."""
+def data_files(directory: Path) -> dict[str, Any]:
+    """The four files in ``directory`` as the loader reads them, each with its sha256, and whether the
+    SHA256SUMS beside them lists them all: ``{"files": {name: {"file", "sha256"}}, "verified_by":
+    "SHA256SUMS" or None}`` (lineage.json's ``data``, taken when the run loads them)."""
+    sums_path = directory / SUMS_FILE
+    listed = read_sums(sums_path) if sums_path.is_file() else {}
+    files: dict[str, Any] = {}
+    for name in FILES:
+        path = find_file(directory, name) or directory / name
+        files[name] = {"file": path.name, "sha256": sha256_file(path)}
+    verified = bool(listed) and all(entry["file"] in listed for entry in files.values())
+    return {"files": files, "verified_by": SUMS_FILE if verified else None}
+
+
+def verify_sums(directory: Path, known: Mapping[str, str] | None = None) -> None:
+    """Check every file named in ``directory/SHA256SUMS`` (if that file exists); ``known`` gives the
+    sha256 of files already hashed (by :func:`data_files`), which are not read again."""
     sums_path = directory / SUMS_FILE
     if not sums_path.is_file():
         return
     for name, expected in read_sums(sums_path).items():
         path = directory / name
-        if path.is_file() and sha256_file(path) != expected:
+        digest = (known or {}).get(name) or (sha256_file(path) if path.is_file() else expected)
+        if digest != expected:
             raise DataError(f"{path}: sha256 does not match {sums_path}; the file is corrupt, re-seed it")
 
 

@@ -502,6 +502,7 @@ def lineage_bytes(run: Run, resumed_from: int, model_sha256: str, summary: dict[
             device=str(run.device),
             started_unix=run.clock.started_unix,
             resumed_from_epoch=resumed_from,
+            data=run.data.files,
         )
     )
 

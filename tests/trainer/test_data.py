@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,19 @@ def test_directory_that_directly_holds_gz_files(mnist_gz_dir: Path) -> None:
     assert resolve_data_dir(mnist_gz_dir) == mnist_gz_dir
     data = load_mnist(mnist_gz_dir, torch.device("cpu"), train_limit=1000)
     assert len(data.train_y) == 1000 and len(data.test_y) == 10000
+
+
+def test_the_loader_records_each_file_it_read_with_its_sha256(mnist_gz_dir: Path) -> None:
+    """lineage.json's data section comes from the load: the bytes this run trains on."""
+    files = load_mnist(mnist_gz_dir, torch.device("cpu"), train_limit=1000).files["files"]
+    assert sorted(files) == [
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+    ]
+    for entry in files.values():
+        assert entry["sha256"] == hashlib.sha256((mnist_gz_dir / entry["file"]).read_bytes()).hexdigest()
 
 
 def test_missing_files_name_the_expected_path(tmp_path: Path) -> None:

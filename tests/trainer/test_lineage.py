@@ -17,6 +17,7 @@ from trainer import lineage
 from trainer.checkpoint import checkpoint_path
 from trainer.cli import parse_config
 from trainer.mirrors import CANONICAL_SHA256
+from trainer.mnist_files import data_files
 
 IMAGE = "registry.example.com/team/ddp-mnist/trainer:0.2.0@sha256:" + "ab" * 32
 POD_ENV = {
@@ -159,7 +160,7 @@ def test_the_settings_sum_is_over_canonical_json_and_ignores_flags_that_do_not_s
 def test_files_not_listed_in_a_sums_file_are_not_called_verified(tmp_path: Path, mnist_gz_dir: Path) -> None:
     for path in mnist_gz_dir.glob("*.gz"):
         shutil.copy(path, tmp_path / path.name)
-    found = lineage.data_files(tmp_path)
+    found = data_files(tmp_path)
     assert found["verified_by"] is None
     assert found["files"]["t10k-labels-idx1-ubyte"]["file"] == "t10k-labels-idx1-ubyte.gz"
     digest = hashlib.sha256((tmp_path / "t10k-labels-idx1-ubyte.gz").read_bytes()).hexdigest()
