@@ -23,6 +23,7 @@ from pulumi import automation as auto
 from infra.offline.realcluster import fleet, sources
 from infra.offline.realcluster.build import module_dir
 from infra.offline.realcluster.parts import PARTS
+from infra.program.meta import JOB_LABEL
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import job_config
@@ -85,14 +86,26 @@ def update_platform(platform: dict, extra: dict[str, str]) -> auto.UpResult:
 
 
 def job_stack(backend: Backend, name: str, namespace: str, **overrides: str) -> Iterator[dict]:
-    """A module's job stack (the dev stack's twin, `overrides` by key name) in `namespace`, as
-    {"stack", "config"}; destroyed after the module with its namespace (what a destroy keeps goes
-    with it) unless E2E_KEEP=1. Use with `yield from` in a fixture."""
+    """A module's job stack (`new_job_stack`) as {"stack", "config"}, destroyed after the module
+    (`destroy`). Use with `yield from` in a fixture."""
+    created, config = new_job_stack(backend, name, namespace, **overrides)
+    yield {"stack": created, "config": config}
+    destroy(created, namespace)
+
+
+def new_job_stack(
+    backend: Backend, name: str, namespace: str, **overrides: str
+) -> tuple[auto.Stack, dict[str, str]]:
+    """A job stack `local-<name>`: the dev stack's twin, `overrides` by key name, in `namespace`."""
     config = job_config(
         IMAGE, *KEYS, namespace=namespace, storageClassName=f"ddp-mnist-nfs-{name}", **overrides
     )
-    created = stack(backend, f"local-{name}", config)
-    yield {"stack": created, "config": config}
+    return stack(backend, f"local-{name}", config), config
+
+
+def destroy(created: auto.Stack, namespace: str) -> None:
+    """The stack destroyed and its namespace deleted (what a destroy keeps goes with it), unless
+    E2E_KEEP=1."""
     if not KEEP:
         created.destroy(on_output=print)
         live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
@@ -114,12 +127,45 @@ def changes(summary: Mapping[Any, int] | None) -> dict[Any, int]:
 @contextmanager
 def failing_pods(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Iterator[None]:
     """While inside, the running job pods of `namespace` with `labels` exit with `exit_code`."""
-    body = fleet.failure_stage(name, namespace, labels, exit_code)
-    live.kubectl("apply", "-f", "-", stdin=_json(body))
+    with stages(fleet.failure_stage(name, namespace, labels, exit_code)):
+        yield
+
+
+@contextmanager
+def stages(*bodies: dict) -> Iterator[None]:
+    """While inside, the KWOK stages `bodies` (fleet's builders) play in the cluster."""
+    for body in bodies:
+        live.kubectl("apply", "-f", "-", stdin=_json(body))
     try:
         yield
     finally:
-        live.kubectl("delete", "stage", name, "--ignore-not-found")
+        for body in bodies:
+            live.kubectl("delete", "stage", body["metadata"]["name"], "--ignore-not-found")
+
+
+def evict(pod: str, namespace: str) -> None:
+    """The API's eviction of `pod` (what `kubectl drain` and a spot node's termination handler call):
+    the API server adds `DisruptionTarget` (reason EvictionByEvictionAPI) and deletes the pod
+    gracefully (kubernetes v1.33.13 `pkg/registry/core/pod/storage/eviction.go`,
+    addConditionAndDeletePod)."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": namespace}}
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    live.kubectl("create", "--raw", path, "-f", "-", stdin=_json(body))
+
+
+def wait_running(namespace: str, selector: str, count: int, timeout_s: float = 120) -> list[dict]:
+    """The `count` running pods of `namespace` that `selector` selects, by name, once there are."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pods = [
+            p
+            for p in live.items("pod", namespace, selector)
+            if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        if len(pods) == count:
+            return sorted(pods, key=lambda p: p["metadata"]["name"])
+        time.sleep(1)
+    return []
 
 
 @contextmanager
@@ -137,20 +183,34 @@ def slow_ready_pods(name: str, namespace: str, labels: dict[str, str], delay_s: 
 def wait_for_failed_pod(namespace: str, exit_code: int, timeout_s: float = 120) -> str | None:
     """The name of the first pod of `namespace` that ended with `exit_code`, once there is one: seen
     in its status, or, since the training operator deletes a pod it retries (restart policy
-    ExitCode) at once, in the operator's event about it (v1.9.4 `pkg/controller.v1/common/pod.go`:
-    reason ExitedWithCode, "Pod: <namespace>.<name> exited with code <code>")."""
+    ExitCode) at once, in the operator's event about it (`exited_with_codes`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for pod in live.items("pod", namespace):
             for status in pod.get("status", {}).get("containerStatuses", []):
                 if status.get("state", {}).get("terminated", {}).get("exitCode") == exit_code:
                     return str(pod["metadata"]["name"])
-        for event in live.events(namespace):
-            message = str(event.get("message", ""))
-            if event.get("reason") == "ExitedWithCode" and message.endswith(f"exited with code {exit_code}"):
-                return message.split(" ", 2)[1].split(".", 1)[1]
+        for pod, code in _operator_exits(namespace):
+            if code == exit_code:
+                return pod
         time.sleep(1)
     return None
+
+
+def exited_with_codes(namespace: str) -> set[int]:
+    """The exit codes of the pods the training operator saw end in `namespace`."""
+    return {code for _, code in _operator_exits(namespace)}
+
+
+def _operator_exits(namespace: str) -> list[tuple[str, int]]:
+    """(pod, exit code) of the training operator's events (v1.9.4 `pkg/controller.v1/common/pod.go`:
+    reason ExitedWithCode, "Pod: <namespace>.<name> exited with code <code>")."""
+    found = []
+    for event in live.events(namespace):
+        matched = re.fullmatch(r"Pod: [^.]+\.(\S+) exited with code (\d+)", str(event.get("message", "")))
+        if event.get("reason") == "ExitedWithCode" and matched:
+            found.append((matched.group(1), int(matched.group(2))))
+    return found
 
 
 def wait_for_pods(namespace: str, selector: str, timeout_s: float = 60) -> list[dict]:
@@ -238,6 +298,42 @@ def added_fields(live: Any, model: Any, path: str = "") -> list[str]:
 
 
 def _json(body: dict) -> str:
-    import json
-
     return json.dumps(body)
+
+
+PEER_STOPPED = "ddp-mnist.local/stopped-with-peers"
+RUN_S = 20  # how long a scenario 25 pod trains: time to evict one while it runs
+
+
+def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) -> dict[str, Any]:
+    """Scenario 25's run: `up` of a job stack not awaited whose two pods train for RUN_S; the first
+    pod by name (rank 0) is evicted through the API and ends as the trainer ends on SIGTERM (exit
+    143, after its checkpoint), the other one then exits 201, as the trainer's peers do once the
+    ranks agreed to stop (trainer/preempt.py; the local scheduler rehearses both inside the pods).
+    Returns the evicted pod as read right after the eviction, the job's outcome and the uids seen."""
+    selector = f"{JOB_LABEL}={job}"
+    with stages(
+        fleet.long_run_stage(f"{namespace}-runs", namespace, {JOB_LABEL: job}, RUN_S),
+        fleet.sigterm_stage(f"{namespace}-sigterm", namespace, 143),
+        fleet.failure_stage(f"{namespace}-peer", namespace, {PEER_STOPPED: "true"}, 201, weight=200),
+    ):
+        stack.up(on_output=print, show_secrets=False)
+        pods = wait_running(namespace, selector, 2)
+        assert len(pods) == 2, f"no two running pods of {job} in {namespace}"
+        first, peer = (p["metadata"]["name"] for p in pods)
+        evict(first, namespace)
+        evicted = live.get("pod", first, namespace)
+        live.kubectl("label", "pod", peer, "-n", namespace, f"{PEER_STOPPED}=true")
+        outcome = wait_outcome(live_kind, job, namespace)
+    return {
+        "evicted": evicted,
+        "outcome": outcome,
+        "first_uids": {p["metadata"]["uid"] for p in pods},
+        "final_pods": live.items("pod", namespace, selector),
+    }
+
+
+def disruption(pod: dict) -> dict | None:
+    """The pod's DisruptionTarget condition, if it has one."""
+    found = [c for c in pod.get("status", {}).get("conditions", []) if c["type"] == "DisruptionTarget"]
+    return found[0] if found else None

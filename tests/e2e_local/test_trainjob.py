@@ -7,6 +7,9 @@ v2.3.0 (their manifests vendored in infra/manifests, the stack's default):
     real Trainer controller makes the JobSet, JobSet its Jobs, the Job controller their pods, and the
     TrainJob completes; the pods, as the API server admitted them, equal the offline model's field by
     field; a second `up` and a preview after `refresh` change nothing;
+25. (the TrainJob's case of test_preemption.py) a node pod evicted through the API and its peer
+    exiting 201 are both replaced by the JobSet's Job, whose podFailurePolicy ignores them: no
+    failure counted, no JobSet restart, and the TrainJob completes;
 19. the policy pack (`--policy-pack policy`, the real CLI) passes the platform stack in gke-platform's
     shape (the operator, Trainer v2 with JobSet, KServe: every object of their upstream manifests), and
     refuses KServe's own workloads once `excludeNamespaces` no longer skips them.
@@ -92,6 +95,28 @@ def test_12_a_trainjob_stack_seeds_trains_through_jobset_and_changes_nothing_aft
     assert scenario.changes(again.summary.resource_changes) == {}
     stack.refresh(on_output=print)
     assert scenario.changes(stack.preview(on_output=print).change_summary) == {}
+
+
+def test_25_an_evicted_node_pod_restarts_the_trainjob_without_counting_a_failure(
+    backend: Backend, platform_v2: dict
+) -> None:
+    namespace = "ddp-mnist-local-preempt-trainjob"
+    stack, _ = scenario.new_job_stack(
+        backend, "preempt-trainjob", namespace, jobKind="trainjob", trainerPresent="true", jobWait="false"
+    )
+    try:
+        run = scenario.preempt_rank_0(stack, namespace, JOB, "trainjob")
+        condition = scenario.disruption(run["evicted"])
+        assert condition and condition["reason"] == "EvictionByEvictionAPI", run["evicted"]["status"]
+        assert run["outcome"] == "Complete"
+        (job,) = live.items("job", namespace, f"jobset.sigs.k8s.io/jobset-name={JOB}")
+        assert job["status"].get("failed", 0) == 0, job["status"]  # ignored by the podFailurePolicy
+        assert job["status"].get("succeeded") == 2, job["status"]
+        assert live.get("jobset", JOB, namespace)["status"].get("restarts", 0) == 0
+        finished = [p["metadata"]["uid"] for p in run["final_pods"] if p["status"]["phase"] == "Succeeded"]
+        assert len(finished) == 2 and not run["first_uids"] & set(finished), run["final_pods"]
+    finally:
+        scenario.destroy(stack, namespace)
 
 
 def test_19_the_policy_pack_passes_the_platform_stack_in_gke_platforms_shape(

@@ -91,6 +91,26 @@ def test_a_failure_stage_outweighs_the_completion_stage_for_its_namespace_and_la
     assert "phase: Succeeded" in complete["spec"]["next"]["statusTemplate"]
 
 
+def test_a_deleted_job_pod_ends_with_the_trainers_sigterm_exit_before_kwok_removes_it():
+    sigterm = fleet.sigterm_stage("t", "ns1", 143)
+    expressions = {e["key"]: e for e in sigterm["spec"]["selector"]["matchExpressions"]}
+    # KWOK's `pod-delete` (weight 0) matches the same deleting pods: Lifecycle.Match prefers this one
+    assert expressions[".metadata.deletionTimestamp"]["operator"] == "Exists"
+    assert sigterm["spec"]["weight"] > 0
+    assert expressions[".status.phase"]["values"] == ["Running"]  # once Failed, pod-delete takes it
+    assert expressions[".metadata.namespace"]["values"] == ["ns1"]
+    assert "exitCode: 143" in sigterm["spec"]["next"]["statusTemplate"]
+    assert "phase: Failed" in sigterm["spec"]["next"]["statusTemplate"]
+
+
+def test_a_long_run_stage_holds_its_pods_running_then_completes_them():
+    held = fleet.long_run_stage("h", "ns1", {"ddp-mnist.io/job": "mnist-r1"}, 20)
+    assert held["spec"]["delay"] == {"durationMilliseconds": 20000}
+    assert held["spec"]["weight"] > fleet.job_pod_complete()["spec"].get("weight", 0)
+    assert fleet.failure_stage("p", "ns1", {}, 201, weight=200)["spec"]["weight"] > held["spec"]["weight"]
+    assert "phase: Succeeded" in held["spec"]["next"]["statusTemplate"]
+
+
 def test_the_part_key_follows_the_pin_and_nothing_else(tmp_path, monkeypatch):
     wrapper = tmp_path / "parts" / "demo"
     wrapper.mkdir(parents=True)

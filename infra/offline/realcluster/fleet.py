@@ -143,25 +143,64 @@ def job_pod_complete() -> Obj:
     }
 
 
-def failure_stage(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Obj:
-    """Running job pods of `namespace` with `labels` end with `exit_code` (a scenario's failure)."""
-    extra = [{"key": ".metadata.namespace", "operator": "In", "values": [namespace]}]
-    extra += [
-        {"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [value]}
-        for key, value in labels.items()
+def _of(namespace: str, labels: dict[str, str]) -> list[Obj]:
+    return [
+        {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
+        *(
+            {"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [value]}
+            for key, value in labels.items()
+        ),
     ]
+
+
+def _job_pod_stage(name: str, selector: Obj, weight: int, delay_ms: int, status: str) -> Obj:
     return {
         "apiVersion": STAGE_API,
         "kind": "Stage",
         "metadata": {"name": name},
         "spec": {
             "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
-            "selector": _running_pods_of(["Job", "PyTorchJob"], extra),
-            "weight": 100,
-            "delay": {"durationMilliseconds": JOB_POD_DELAY_MS},
-            "next": {"statusTemplate": _terminated(exit_code, "Error", "Failed")},
+            "selector": selector,
+            "weight": weight,
+            "delay": {"durationMilliseconds": delay_ms},
+            "next": {"statusTemplate": status},
         },
     }
+
+
+def failure_stage(
+    name: str, namespace: str, labels: dict[str, str], exit_code: int, weight: int = 100
+) -> Obj:
+    """Running job pods of `namespace` with `labels` end with `exit_code` (a scenario's failure)."""
+    selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels))
+    return _job_pod_stage(name, selector, weight, JOB_POD_DELAY_MS, _terminated(exit_code, "Error", "Failed"))
+
+
+def long_run_stage(name: str, namespace: str, labels: dict[str, str], seconds: int) -> Obj:
+    """Running job pods of `namespace` with `labels` exit 0 only after `seconds` (a training that long),
+    so that a scenario can act on them while they run."""
+    selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels))
+    return _job_pod_stage(name, selector, 100, seconds * 1000, _terminated(0, "Completed", "Succeeded"))
+
+
+def sigterm_stage(name: str, namespace: str, exit_code: int) -> Obj:
+    """A running job pod of `namespace` that is being deleted (the API's eviction, a drain, a spot
+    node's shutdown) ends as the kubelet ends it: its container gets SIGTERM and exits with
+    `exit_code` (the trainer's 143, after its checkpoint), and the pod, whose restartPolicy is Never,
+    is Failed before it is removed (kubernetes v1.33.13 `pkg/kubelet/status/status_manager.go`,
+    canBeDeleted: "Delay deletion of pods until the phase is terminal"). Without it KWOK's
+    `pod-delete` removes the pod while Running, which a Job with a podFailurePolicy never counts as
+    failed (`pkg/controller/job/job_controller.go`, isPodFailed), so its tracking finalizer would
+    hold the pod forever."""
+    selector = {
+        "matchExpressions": [
+            {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job", "PyTorchJob"]},
+            *_of(namespace, {}),
+        ]
+    }
+    return _job_pod_stage(name, selector, 100, JOB_POD_DELAY_MS, _terminated(exit_code, "Error", "Failed"))
 
 
 def slow_ready_stage(
