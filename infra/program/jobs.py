@@ -165,8 +165,9 @@ def pod_failure_policy(container: str, training: bool = False) -> k8s.batch.v1.P
 
     `DisruptionTarget` is the condition the API server's eviction, the scheduler's preemption, the
     taint manager, pod GC and the kubelet's graceful node shutdown (a spot node's termination notice)
-    add to the pod they end. Only that pod is spared: its peers, which exit on the lost rank (200)
-    or on the trainer's agreed stop (143), fail without the condition and are counted as any failure.
+    add to the pod they end. Only that pod carries it: its peers exit without it, 201 once the ranks
+    agreed to stop (see `training` below) or 200 on a rank lost without warning (counted as any
+    failure).
 
     Rules are matched in order and the first match wins (Kubernetes `pkg/controller/job/
     pod_failure_policy.go`, matchPodFailurePolicy): evictions and preemptions (`DisruptionTarget`)
