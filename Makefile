@@ -16,7 +16,7 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env deploy-env lock clean \
+.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema reference infra-env deploy-env lock clean \
 	manifests manifests-check mlflow-server-env test-mlflow \
 	image image-push
 
@@ -38,12 +38,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(VENV)/bin/pip install -q -c constraints.txt -e ".[infra,trainer,test]"
 	touch $@
 
-infra-env: $(INFRA_VENV)/.installed
-
+infra-env: $(INFRA_VENV)/.installed ## create .venv-infra, the Pulumi program's environment (no torch)
 # The deploy path (.github/workflows/pulumi-stack.yml): the program's and the policy pack's environments
 # from the hash-checked requirements `make lock` writes beside constraints.txt, every file checked
 # against its sha256; the project itself without a download (setuptools is among them).
-deploy-env:
+deploy-env: ## the program's and the policy pack's environments from hash-checked requirements (CI deploys)
 	$(PYTHON) -m venv $(INFRA_VENV)
 	$(INFRA_VENV)/bin/pip install -q --require-hashes --no-deps -r constraints/deploy-infra.txt
 	$(INFRA_VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
@@ -52,14 +51,14 @@ deploy-env:
 	$(POLICY_VENV)/bin/pip install -q --require-hashes --no-deps -r constraints/deploy-policy.txt
 	touch $(POLICY_VENV)/.installed
 
-run: $(VENV)/.installed
+run: $(VENV)/.installed ## run STACK's training job (default dev) through the local scheduler, no cluster needed
 	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
 
 # Rendering needs the Pulumi program's environment only (no torch): .venv-infra.
-render: $(INFRA_VENV)/.installed
+render: $(INFRA_VENV)/.installed ## render STACK's objects offline and validate them (build/rendered/)
 	$(INFRA_VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed ## ruff, mypy and the Pulumi.yaml schema check
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m infra.program.schema --check
@@ -67,7 +66,7 @@ lint: $(VENV)/.installed
 # The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
 # The whole suite on every core; pytest lists the 15 slowest tests, and the last line gives the wall
 # time of the whole target (set-up included), so growth shows in every CI log.
-test: $(POLICY_VENV)/.installed
+test: $(POLICY_VENV)/.installed ## lint and the whole test suite
 	@start=$$(date +%s); \
 	$(MAKE) --no-print-directory lint && $(VENV)/bin/python -m pytest $(XDIST); code=$$?; \
 	echo "make test: exit $$code after $$(( $$(date +%s) - start )) s (set-up, lint and the whole suite)"; \
@@ -76,7 +75,7 @@ test: $(POLICY_VENV)/.installed
 # The edit loop: config, rendering, effective pods, admission, policy, docs and the trainer's unit tests;
 # every test that starts a real process (trainer, torchrun, S3 or model server, a local run) is marked
 # `slow` and left to `make test`.
-test-fast: $(VENV)/.installed
+test-fast: $(VENV)/.installed ## the quick tests only (no real processes)
 	@start=$$(date +%s); \
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \
 	echo "make test-fast: exit $$code after $$(( $$(date +%s) - start )) s"; \
@@ -95,14 +94,13 @@ $(MLFLOW_VENV)/.installed: constraints/mlflow-server.txt
 	$(MLFLOW_VENV)/bin/pip install -q -c constraints/mlflow-server.txt "mlflow==$(MLFLOW_SERVER_VERSION)"
 	touch $@
 
-mlflow-server-env: $(MLFLOW_VENV)/.installed
-
-test-mlflow: $(VENV)/.installed $(MLFLOW_VENV)/.installed
+mlflow-server-env: $(MLFLOW_VENV)/.installed ## create .venv-mlflow, a local MLflow tracking server's environment
+test-mlflow: $(VENV)/.installed $(MLFLOW_VENV)/.installed ## the MLflow tests against a real tracking server
 	$(VENV)/bin/python -m pytest -m mlflow_server tests/trainer
 
 # The cluster tier (tests/e2e): needs the Pulumi CLI, docker, and kind or E2E_IMAGE_REGISTRY, against
 # the current kubeconfig context; stops at once with one line (exit 4) without them. Never part of `test`.
-e2e: $(VENV)/.installed $(INFRA_VENV)/.installed
+e2e: $(VENV)/.installed $(INFRA_VENV)/.installed ## the cluster tier against the current kubeconfig context (kind or a registry)
 	mkdir -p build/e2e
 	$(VENV)/bin/python -m pytest -m e2e tests/e2e -s -v -p no:cacheprovider --junitxml=build/e2e/junit.xml
 
@@ -110,23 +108,23 @@ e2e: $(VENV)/.installed $(INFRA_VENV)/.installed
 # training operator, the Pulumi CLI and the Kubernetes provider, each built from its pinned wrapper Go
 # module (infra/offline/realcluster/parts/) into ~/.cache/ddp-mnist (rebuilt only when a pin changes),
 # run on 127.0.0.1. Needs Go >= 1.26, kubectl and openssl; never part of `run` or `test`.
-cluster-build: $(VENV)/.installed
+cluster-build: $(VENV)/.installed ## build the local cluster's parts from their pinned Go modules
 	$(VENV)/bin/python -m infra.offline.realcluster.build
 
-cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed
+cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed ## start the local cluster (control plane, KWOK nodes, operators) on 127.0.0.1
 	$(VENV)/bin/python -m infra.offline.realcluster up
 
-cluster-down: $(VENV)/.installed
+cluster-down: $(VENV)/.installed ## stop the local cluster and remove its state
 	$(VENV)/bin/python -m infra.offline.realcluster down
 
 # A real preview and up of STACK against the running local cluster (`make cluster-up` first); extra
 # arguments in REHEARSE_ARGS (e.g. `--set minioAccessKey=KEY --set minioSecretKey=SECRET --local-sources`).
-rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed
+rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed ## a real preview and up of STACK against the running local cluster
 	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 
 # The tests/e2e_local scenarios through the Automation API with the real CLI and a file backend, against a
 # cluster of their own (started and stopped by the tier); the last line gives the target's wall time.
-e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
+e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed ## the local cluster tier's scenarios, on a cluster of their own
 	@start=$$(date +%s); mkdir -p build/e2e-local; \
 	$(VENV)/bin/python -m pytest -m e2e_local tests/e2e_local -v -p no:cacheprovider \
 		--junitxml=build/e2e-local/junit.xml; code=$$?; \
@@ -142,13 +140,13 @@ e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
 IMAGE ?= ddp-mnist/trainer:dev
 REGISTRY ?=
 
-image:
+image: ## build the trainer image into the local docker as IMAGE
 	$(PYTHON) release/image.py build $(IMAGE)
 
-image-push:
+image-push: ## build and push the trainer image to REGISTRY with SBOM and provenance
 	$(PYTHON) release/image.py push "$(REGISTRY)" $(IMAGE)
 
-golden: $(VENV)/.installed
+golden: $(VENV)/.installed ## rewrite the rendered goldens in tests/golden/
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q
 
 # The platform's upstream manifests (the training operator, Kubeflow Trainer v2 with JobSet, KServe),
@@ -156,19 +154,22 @@ golden: $(VENV)/.installed
 # sha256 in infra/manifests/index.yaml. After raising a pin: `make manifests`, review the diff, then
 # `make golden`. `make manifests-check` compares without writing (exit 1 on a difference). Needs Go and
 # kubectl; never part of `test`, which checks the recorded sums.
-manifests: $(VENV)/.installed
+manifests: $(VENV)/.installed ## re-vendor the upstream manifests in infra/manifests from their pinned modules
 	$(VENV)/bin/python -m infra.offline.realcluster.manifests
 
-manifests-check: $(VENV)/.installed
+manifests-check: $(VENV)/.installed ## compare the vendored manifests with their pinned modules, writing nothing
 	$(VENV)/bin/python -m infra.offline.realcluster.manifests --check
 
-schema: $(VENV)/.installed
+schema: $(VENV)/.installed ## write Pulumi.yaml's config schema from the settings model
 	$(VENV)/bin/python -m infra.program.schema
+
+reference: $(VENV)/.installed ## write docs/reference/*.md from the code (--check in the tests)
+	$(VENV)/bin/python -m infra.offline.reference
 
 # After changing a pin in pyproject.toml or policy/requirements.txt (or to take newer transitive
 # dependencies): re-resolve the whole closure from the package index into constraints.txt.
-lock:
+lock: ## re-resolve constraints.txt from pyproject.toml's pins
 	$(PYTHON) constraints/lock.py
 
-clean:
+clean: ## remove the virtual environments and build outputs
 	rm -rf $(VENV) $(INFRA_VENV) $(MLFLOW_VENV) build .pytest_cache .ruff_cache

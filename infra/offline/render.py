@@ -22,12 +22,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from infra.offline import exit_codes_epilog
 from infra.offline.cluster import ClusterView, cluster_view, effective_yaml
 from infra.offline.manifest import Rendering, render, to_yaml
 from infra.offline.stackconfig import ROOT, StackNotFound, load_stack
 
 EXIT_CONFIG = 2
 EXIT_INVALID = 3
+# Every exit code of the command and its meaning: `--help` lists them, and docs/reference/exit-codes.md
+# is generated from them (python -m infra.offline.reference).
+EXIT_CODE_MEANINGS = {
+    0: "rendered (with --validate: every checked object valid and every effective pod admitted)",
+    EXIT_CONFIG: "bad flags, bad stack config, unknown or unreadable stack, a vendored manifest that is not "
+    "the one infra/manifests/index.yaml records, a missing `--crd` file, a `--crd-dir` without the Trainer "
+    "v2 and JobSet CRDs, or an unwritable `--out` (nothing written)",
+    EXIT_INVALID: "a rendered object failed schema validation, or an effective pod would be refused by the "
+    "API server (one line each; nothing written)",
+}
 DEFAULT_CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
 DEFAULT_CRD_DIR = DEFAULT_CRD.parent
 # Kubeflow Trainer v2.3.0's CRDs (manifests/base/crds) and JobSet v0.12.0's, by the kind they define.
@@ -331,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
     from infra.program.vendored import ManifestMismatch
 
     parser = argparse.ArgumentParser(
-        prog="python -m infra.offline.render", description=__doc__.split("\n\n")[0]
+        prog="python -m infra.offline.render",
+        description=__doc__.split("\n\n")[0],
+        epilog=exit_codes_epilog(EXIT_CODE_MEANINGS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument(

@@ -3,8 +3,6 @@ ranges), the value is read from the code here and compared with what the text sa
 
 from __future__ import annotations
 
-import ast
-import inspect
 import json
 import re
 import sys
@@ -13,14 +11,12 @@ from typing import Any
 
 import pytest
 
-from infra.offline import render as render_cli
 from infra.offline.local import cli as local_cli
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
 from infra.program import podspec
 from infra.program.meta import JobNames
 from infra.program.seed import seed_pod_template
-from infra.program.settings import K8S_VERSIONS, PROJECT, SECRET_KEYS, Settings
-from trainer import errors
+from infra.program.settings import K8S_VERSIONS, PROJECT, Settings
 
 README = (ROOT / "README.md").read_text()
 BENCHMARKS = (ROOT / "docs" / "BENCHMARKS.md").read_text()
@@ -48,48 +44,7 @@ def table(text: str, header: str) -> list[list[str]]:
     return rows
 
 
-def exit_codes(text: str) -> dict[int, str]:
-    """The table's numbered rows (a pattern row such as `128 + N`, for signals, is not a code of ours)."""
-    return {int(code): meaning for code, meaning in table(text, "exit code") if code.isdigit()}
-
-
-def words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower()))
-
-
-def returned_codes(function: Any) -> set[int]:
-    """Every exit code a CLI's `main` can return: its `return` values, constants resolved in its module."""
-    module = sys.modules[function.__module__]
-    tree = ast.parse(inspect.getsource(function))
-    codes: set[int] = set()
-
-    def value(node: ast.expr) -> None:
-        if isinstance(node, ast.Constant):
-            codes.add(node.value)
-        elif isinstance(node, ast.Name):
-            codes.add(getattr(module, node.id))
-        elif isinstance(node, ast.IfExp):
-            value(node.body)
-            value(node.orelse)
-        else:
-            raise AssertionError(f"cannot read the exit code {ast.unparse(node)}")
-
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Return) and node.value is not None:
-            value(node.value)
-    return codes
-
-
 # --- trainer -------------------------------------------------------------------------------------
-
-
-def test_trainer_exit_codes_are_the_readme_table_both_ways_with_the_same_meanings():
-    documented = exit_codes(section(README, "The trainer"))
-    constants = {v for k, v in vars(errors).items() if k.startswith("EXIT_") and isinstance(v, int)}
-    assert set(documented) == constants == set(errors.EXIT_CODE_MEANINGS)
-    for code, short in errors.EXIT_CODE_MEANINGS.items():
-        stated = words(re.sub(r"\(.*?\)", "", short))  # the short meaning without its asides
-        assert stated <= words(documented[code]), (code, short, documented[code])
 
 
 def test_checkpoints_kept_stated_equals_what_the_trainer_keeps():
@@ -181,12 +136,6 @@ def test_kubernetes_version_range_stated_equals_settings():
     assert stated == [(K8S_VERSIONS[0], K8S_VERSIONS[-1], default)]
 
 
-def test_every_config_key_is_named_in_the_readme():
-    keys = [f.alias for f in Settings.model_fields.values()] + list(SECRET_KEYS)
-    missing = [k for k in keys if not re.search(rf"`{k}[`:]", README)]
-    assert missing == []
-
-
 # --- stacks --------------------------------------------------------------------------------------
 
 
@@ -259,46 +208,7 @@ def test_packages_pinned_by_pyproject_alone_are_in_pyproject():
     assert named and named <= pinned, (claim, named - pinned)
 
 
-def test_policies_that_skip_excluded_namespaces_are_those_the_readme_says():
-    policies = _policies()
-    honouring = {
-        p.name
-        for p in policies
-        if p.config_schema is not None and "excludeNamespaces" in p.config_schema.properties
-    }
-    text = section(README, "Policy pack (Pulumi CrossGuard)")
-    (sentence,) = [s for s in re.split(r"(?<=[.;])\s+", text) if "skips the" in s]
-    before = sentence.split("skips the", 1)[0]
-    excepted = set(re.findall(r"`([a-z-]+)`", before)) & {p.name for p in policies}
-    assert excepted == {p.name for p in policies} - honouring, sentence
-
-
 # --- command-line tools --------------------------------------------------------------------------
-
-
-def test_render_cli_exit_codes_match_the_readme_table():
-    documented = exit_codes(section(README, "Offline render (the review tool)"))
-    assert set(documented) == returned_codes(render_cli.main)
-    # Every flag named by an error that exits EXIT_CONFIG is in that row.
-    source = inspect.getsource(render_cli.main)
-    tree = ast.parse(source)
-    flags: set[str] = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        body = node.body
-        if isinstance(body[-1], ast.Return) and ast.unparse(body[-1].value) == "EXIT_CONFIG":
-            flags |= set(re.findall(r"--[a-z][a-z-]*", ast.unparse(ast.Module(body, []))))
-    assert flags
-    for flag in flags:
-        assert f"`{flag}" in documented[render_cli.EXIT_CONFIG], flag
-
-
-def test_local_scheduler_exit_codes_match_the_readme_table():
-    documented = exit_codes(section(README, "Local scheduler (dev, demos, the contract test)"))
-    assert set(documented) == returned_codes(local_cli.main)
-    assert "failed" in documented[local_cli.EXIT_FAILED]
-    assert "interrupted" in documented[local_cli.EXIT_INTERRUPTED].lower()
 
 
 def test_every_local_scheduler_flag_is_in_the_readme_usage():
@@ -308,12 +218,11 @@ def test_every_local_scheduler_flag_is_in_the_readme_usage():
 
 
 @pytest.mark.slow
-def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_the_readme_gives(tmp_path):
+def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_its_table_gives(tmp_path):
     """The dev stack's seed Job against a real S3 server that rejects its keys: exit 4, no retry."""
     from infra.offline.local.s3 import local_s3
 
-    documented = exit_codes(section(README, "Local scheduler (dev, demos, the contract test)"))
-    (code,) = [c for c, meaning in documented.items() if "seed" in meaning]
+    (code,) = [c for c, meaning in local_cli.EXIT_CODE_MEANINGS.items() if "seed" in meaning]
     with local_s3(tmp_path / "s3") as s3:
         argv = ["--stack", "dev", "--workdir", str(tmp_path / "work"), "--timeout", "120"]
         argv += ["--env", f"AWS_ENDPOINT_URL={s3.endpoint}"]

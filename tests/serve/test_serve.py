@@ -473,19 +473,13 @@ def readme_section() -> str:
     return text[start : text.index("\n## ", start)]
 
 
-def test_the_readme_exit_codes_and_flags_are_the_server_s() -> None:
-    """Both ways: every code the server has is in the README's table with its meaning, and no other;
-    every flag of ``--help`` is named."""
+def test_the_readme_names_every_flag_of_the_server() -> None:
+    """Every flag of ``--help`` is named (its exit codes: docs/reference/exit-codes.md, generated)."""
     import re
 
     from trainer.serve import cli as serve
 
     section = readme_section()
-    rows = re.findall(r"^\| (\d+) \| (.+) \|$", section, re.MULTILINE)
-    documented = {int(code): meaning for code, meaning in rows}
-    assert set(documented) == set(serve.EXIT_CODE_MEANINGS)
-    for code, short in serve.EXIT_CODE_MEANINGS.items():
-        assert set(short.lower().split()) <= set(re.findall(r"[a-z0-9]+", documented[code].lower())), code
     flags = {f for action in serve.build_parser()._actions for f in action.option_strings if f != "-h"}
     assert "--max-body-bytes" in flags and "--help" in flags
     flags.discard("--help")

@@ -89,7 +89,8 @@ from trainer.serve.load import (
 from trainer.serve.protocol import Model
 from trainer.serve.server import EXIT_LISTEN, ServeError, open_server
 
-# Every exit code of the process and its short meaning (the README's table is kept in step by a test).
+# Every exit code of the process and its short meaning: `--help` lists them, and
+# docs/reference/exit-codes.md is generated from them (python -m infra.offline.reference).
 EXIT_CODE_MEANINGS = {
     0: "stopped by SIGTERM or SIGINT",
     EXIT_INTERNAL: "internal error",
@@ -99,6 +100,10 @@ EXIT_CODE_MEANINGS = {
     EXIT_S3_UNREACHABLE: "S3 endpoint unreachable",
     EXIT_LISTEN: "cannot listen",
 }
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Each flag's default, and the exit codes one a line as written."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -139,7 +144,8 @@ def build_parser() -> OneLineParser:
     parser = OneLineParser(
         prog="python -m trainer.serve",
         description="Serve the trained MNIST model over the Open Inference Protocol (KServe V2 REST).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="exit codes:\n" + "".join(f"  {code}  {text}\n" for code, text in EXIT_CODE_MEANINGS.items()),
+        formatter_class=HelpFormatter,
     )
     parser.add_argument(
         "--model-uri",

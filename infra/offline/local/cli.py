@@ -37,6 +37,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from infra.offline import exit_codes_epilog
 from infra.offline.local.plan import PlanError
 from infra.offline.local.preempt import Preemption, parse_preemption
 from infra.offline.local.serve import ServeFailed
@@ -46,6 +47,16 @@ from infra.offline.local.workloads import PodsRefused
 from infra.offline.stackconfig import ROOT, StackNotFound
 
 EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
+# Every exit code of the command and its meaning: `--help` lists them, and docs/reference/exit-codes.md
+# is generated from them (python -m infra.offline.reference).
+EXIT_CODE_MEANINGS = {
+    0: "the job succeeded (and the server, if any, served the trainer's accuracy)",
+    EXIT_FAILED: "a workload failed (the seed Job or the training job), the server never got Ready or served "
+    "other predictions than the trainer's, or the API server would refuse its pods",
+    EXIT_CONFIG: "bad flags, bad stack config, unknown stack, a job that cannot run locally, a `--preempt` "
+    "naming no pod of the job, or a local S3 stand-in's bucket that could not be filled with MNIST",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
 
 
 def at_least_one(text: str) -> int:
@@ -67,7 +78,10 @@ def preemption(text: str) -> Preemption:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.offline.local", description=__doc__.split("\n\n")[0]
+        prog="python -m infra.offline.local",
+        description=__doc__.split("\n\n")[0],
+        epilog=exit_codes_epilog(EXIT_CODE_MEANINGS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--stack", required=True, help="stack name: stacks/Pulumi.<stack>.yaml")
     parser.add_argument(

@@ -20,17 +20,33 @@ import argparse
 import sys
 from pathlib import Path
 
+from infra.offline import exit_codes_epilog
 from infra.offline.realcluster import kueue
-from infra.offline.realcluster.build import BuildError, build
+from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO, BuildError, build
 from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive, down, up
 
 EXIT_NOT_STARTED = 5
 EXIT_NOT_RUNNING = 6
+EXIT_USAGE = 2  # argparse's
+# Every exit code of the command and its meaning: `--help` lists them, and docs/reference/exit-codes.md
+# is generated from them (python -m infra.offline.reference).
+EXIT_CODE_MEANINGS = {
+    0: "done",
+    EXIT_USAGE: "bad arguments",
+    EXIT_NO_GO: "no Go toolchain (or one too old)",
+    EXIT_BUILD_FAILED: "a part failed to build",
+    EXIT_NOT_STARTED: "the cluster (or Kueue) did not start: one line says which part; its log is in the "
+    "state directory's logs/",
+    EXIT_NOT_RUNNING: "`status` or `kueue`: the cluster is not running",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.offline.realcluster", description=__doc__.split("\n")[0]
+        prog="python -m infra.offline.realcluster",
+        description=__doc__.split("\n")[0],
+        epilog=exit_codes_epilog(EXIT_CODE_MEANINGS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=("up", "down", "status", "kueue"))
     parser.add_argument(

@@ -1,0 +1,102 @@
+"""Which config keys each shipped stack's program reads, and which outputs it exports.
+
+Each stack in stacks/ is run as `infra.offline.render` runs it (the real program under Pulumi's mock
+runtime), with its settings object swapped, once validated, for one that records every field read:
+by the components that build its resources, by what they compute from outputs, and by the platform
+facts a job stack takes. Validation itself (the model and the cross-field checks of
+`infra.program.checks`, which read many keys to refuse a misplaced one) is not counted: a key is read by a
+role when that role's stacks use its value. The S3 key pair is counted where the program reads the
+credentials it loaded (`infra.program.config.S3Credentials`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pulumi
+
+from infra.offline.manifest import RecordingMocks, _ensure_event_loop, with_offline_platform
+from infra.offline.stackconfig import StackConfig, load_stack, stack_names
+from infra.program.config import S3Credentials
+from infra.program.settings import PROJECT, Settings
+
+# The credentials' fields and the secret config keys they hold (infra.program.config.load_settings).
+CREDENTIAL_KEYS = {
+    "access_key_id": "minioAccessKey",
+    "secret_access_key": "minioSecretKey",
+    "read_access_key_id": "minioReadAccessKey",
+    "read_secret_access_key": "minioReadSecretKey",
+}
+
+
+@dataclass(frozen=True)
+class StackRun:
+    stack: str
+    role: str
+    keys: frozenset[str]  # the config keys (aliases) the program read
+    outputs: frozenset[str]  # the stack outputs it exported
+
+
+def _alias(name: str) -> str:
+    return Settings.model_fields[name].alias or name
+
+
+def _recording_settings(settings: Settings, keys: set[str]) -> Settings:
+    names = set(Settings.model_fields)
+
+    class RecordingSettings(type(settings)):  # type: ignore[misc]
+        def __getattribute__(self, name: str) -> Any:
+            if name in names:
+                keys.add(_alias(name))
+            return super().__getattribute__(name)
+
+    recorded = settings.model_copy()
+    object.__setattr__(recorded, "__class__", RecordingSettings)
+    return recorded
+
+
+def _recording_credentials(credentials: S3Credentials | None, keys: set[str]) -> S3Credentials | None:
+    if credentials is None:
+        return None
+
+    class RecordingCredentials(S3Credentials):
+        def __getattribute__(self, name: str) -> Any:
+            value = super().__getattribute__(name)
+            if name in CREDENTIAL_KEYS and value is not None:
+                keys.add(CREDENTIAL_KEYS[name])
+            return value
+
+    return RecordingCredentials(**{f.name: getattr(credentials, f.name) for f in fields(S3Credentials)})
+
+
+def run_stack(stack: StackConfig) -> StackRun:
+    """The stack's program under mocks, as `infra.offline.manifest.run_program` runs it, recording."""
+    from infra.program.config import load_settings
+    from infra.program.stack import build
+
+    keys: set[str] = set()
+    exported: set[str] = set()
+    role: list[str] = []
+    _ensure_event_loop()
+    pulumi.runtime.set_mocks(RecordingMocks(), project=PROJECT, stack=stack.name, preview=False)
+    pulumi.runtime.set_all_config(dict(stack.values), sorted(stack.secret_keys))
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        settings, credentials = load_settings()
+        role.append(settings.stack_role)
+        settings = with_offline_platform(
+            _recording_settings(settings, keys), stack.name, credentials is not None
+        )
+        outputs = build(settings, _recording_credentials(credentials, keys), None)
+        found = {k: pulumi.Output.from_input(v) for k, v in outputs.items() if v is not None}
+        return pulumi.Output.all(**found).apply(lambda values: exported.update(values))
+
+    program()
+    return StackRun(stack.name, role[0], frozenset(keys), frozenset(exported))
+
+
+def shipped_runs() -> list[StackRun]:
+    """Every stack in stacks/, run."""
+    return [run_stack(load_stack(name)) for name in stack_names()]
