@@ -82,6 +82,9 @@ RETRYABLE_EXIT_CODES = (
 # The codes a training Job's podFailurePolicy ignores (a new pod, counted against nothing): a pod
 # stopped because another pod of the job was preempted is no more at fault than the preempted one.
 IGNORED_EXIT_CODES = (EXIT_STOPPED_WITH_PEERS,)
+# The retryable codes a restart does not fix while their cause lasts (an endpoint, the master or the
+# export destination out of reach): once the retries run out, someone must act on them.
+NEEDS_ACTION_EXIT_CODES = (EXIT_S3_UNREACHABLE, EXIT_MASTER_UNREACHABLE, EXIT_EXPORT)
 
 
 def is_retryable(code: int) -> bool:
