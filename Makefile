@@ -18,7 +18,7 @@ XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema infra-env deploy-env lock clean \
 	manifests manifests-check mlflow-server-env test-mlflow \
-	image image-push
+	image image-push docs docs-serve
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -161,6 +161,14 @@ manifests: $(VENV)/.installed
 
 manifests-check: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.offline.realcluster.manifests --check
+
+# The documentation site (mkdocs.yml, docs/): built into site/ with --strict, as tests/docs/test_site.py
+# builds it in `make test`; `make docs-serve` serves it on 127.0.0.1:8000 with live reload.
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 schema: $(VENV)/.installed
 	$(VENV)/bin/python -m infra.program.schema
