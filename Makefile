@@ -18,7 +18,7 @@ XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
 .PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema reference infra-env deploy-env lock clean \
 	manifests manifests-check mlflow-server-env test-mlflow \
-	image image-push
+	image image-push docs docs-serve
 
 # Every install is constrained by constraints.txt, the full dependency closure that `make lock`
 # resolves from pyproject.toml's pins (tests/ci/test_lock.py fails when it is stale).
@@ -159,6 +159,14 @@ manifests: $(VENV)/.installed ## re-vendor the upstream manifests in infra/manif
 
 manifests-check: $(VENV)/.installed ## compare the vendored manifests with their pinned modules, writing nothing
 	$(VENV)/bin/python -m infra.offline.realcluster.manifests --check
+
+# The documentation site (mkdocs.yml, docs/): built into site/ with --strict, as tests/docs/test_site.py
+# builds it in `make test`; `make docs-serve` serves it on 127.0.0.1:8000 with live reload.
+docs: $(VENV)/.installed ## build the documentation site into site/ (mkdocs build --strict)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.installed ## serve the documentation site on 127.0.0.1:8000 with live reload
+	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 schema: $(VENV)/.installed ## write Pulumi.yaml's config schema from the settings model
 	$(VENV)/bin/python -m infra.program.schema

@@ -226,9 +226,9 @@ def workflow_environments() -> set[str]:
 
 
 def identity_table() -> dict[str, list[str]]:
-    """README's "Identities per environment" table: environment -> its other cells."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("#### Identities per environment", 1)[1].split("\n#", 1)[0]
+    """docs/how-to/ci.md's "Identities per environment" table: environment -> its other cells."""
+    text = (ROOT / "docs" / "how-to" / "ci.md").read_text()
+    section = text.split("## Identities per environment\n", 1)[1].split("\n#", 1)[0]
     rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| `")]
     return {cells[0].strip().strip("`"): [c.strip() for c in cells[1:]] for cells in rows}
 
@@ -244,7 +244,7 @@ def test_the_environment_follows_the_command_and_no_caller_chooses_it():
     assert check["name"] == "Only preview or up" and "preview|up) ;;" in check["run"]
 
 
-def test_every_environment_of_the_workflows_has_its_identity_in_the_readme():
+def test_every_environment_of_the_workflows_has_its_identity_in_the_ci_page():
     table = identity_table()
     assert workflow_environments() == set(table)
     for environment, (kind, cloud_right, k8s_rights) in table.items():

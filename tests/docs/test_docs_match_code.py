@@ -16,9 +16,16 @@ from infra.offline.stackconfig import ROOT, load_stack, stack_names
 from infra.program import podspec
 from infra.program.meta import JobNames
 from infra.program.seed import seed_pod_template
-from infra.program.settings import K8S_VERSIONS, PROJECT, Settings
+from infra.program.settings import PROJECT, Settings
+from tests.docs.pages import page, pages
+from tests.docs.pages import section as page_section
+from tests.docs.pages import table as page_table
 
 README = (ROOT / "README.md").read_text()
+TRAINER_PAGE = page("docs/reference/trainer.md")
+CONTRIBUTING = page("CONTRIBUTING.md")
+# Every hand-written page (the generated reference pages are checked against the code by their generator).
+WRITTEN = "\n\n".join(p.read_text() for p in pages() if "reference" not in p.parts or p.name == "trainer.md")
 BENCHMARKS = (ROOT / "docs" / "BENCHMARKS.md").read_text()
 POLICY_DIR = ROOT / "policy"
 
@@ -50,7 +57,7 @@ def table(text: str, header: str) -> list[list[str]]:
 def test_checkpoints_kept_stated_equals_what_the_trainer_keeps():
     from trainer import checkpoint
 
-    kept = re.findall(r"The newest (\d+)\s+checkpoints are kept", README)
+    kept = re.findall(r"The newest (\d+)\s+checkpoints are kept", TRAINER_PAGE)
     assert [int(n) for n in kept] == [checkpoint.KEEP]
 
 
@@ -61,7 +68,7 @@ def test_nccl_async_error_handling_stated_equals_the_nccl_pods_env():
     template = podspec.pod_template(settings, names, data_claim="d", checkpoint_claim="c", secret_name=None)
     (container,) = template.spec.containers
     env = {e.name: e.value for e in container.env}
-    for text in (README, (ROOT / "trainer" / "peers.py").read_text()):
+    for text in (TRAINER_PAGE, (ROOT / "trainer" / "peers.py").read_text()):
         stated = re.findall(r"TORCH_NCCL_ASYNC_ERROR_HANDLING=(\d+)", text)
         assert stated and set(stated) == {env["TORCH_NCCL_ASYNC_ERROR_HANDLING"]}
 
@@ -108,10 +115,12 @@ DEFAULT_STATEMENTS = [
 
 def test_every_default_the_readme_states_is_the_code_default():
     defaults = {f.alias: f.default for f in Settings.model_fields.values()} | _policy_defaults()
-    stated = [(m.group(1), m.group(2).strip("`")) for p in DEFAULT_STATEMENTS for m in re.finditer(p, README)]
+    stated = [
+        (m.group(1), m.group(2).strip("`")) for p in DEFAULT_STATEMENTS for m in re.finditer(p, WRITTEN)
+    ]
     assert len(stated) >= 10
     for key, text in stated:
-        assert key in defaults, f"the README states a default for {key}, which is no config key"
+        assert key in defaults, f"the docs state a default for {key}, which is no config key"
         assert _states(text, defaults[key]), (key, text, defaults[key])
 
 
@@ -128,19 +137,12 @@ def _states(text: str, default: Any) -> bool:
     )
 
 
-def test_kubernetes_version_range_stated_equals_settings():
-    stated = re.findall(
-        r"`kubernetesVersion`\s+\(`([\d.]+)`\s+to\s+`([\d.]+)`,\s+default\s+`([\d.]+)`\)", README
-    )
-    default = Settings.model_fields["kubernetes_version"].default
-    assert stated == [(K8S_VERSIONS[0], K8S_VERSIONS[-1], default)]
-
-
 # --- stacks --------------------------------------------------------------------------------------
 
 
 def test_every_stack_file_is_listed_in_the_layout_table():
-    (listed,) = [row[1] for row in table(section(README, "Layout"), "path") if row[0] == "`stacks/`"]
+    rows = page_table(page_section(CONTRIBUTING, "Layout"), "path")
+    (listed,) = [row[1] for row in rows if row[0] == "`stacks/`"]
     assert set(re.findall(r"`([a-z0-9-]+)`", listed)) == set(stack_names())
     assert {p.name for p in (ROOT / "stacks").glob("Pulumi.*.yaml")} == {
         f"Pulumi.{s}.yaml" for s in stack_names()
@@ -153,7 +155,7 @@ def test_what_the_readme_says_a_platform_stack_installs_is_its_config():
         if values.get(f"{PROJECT}:stackRole") != "platform":
             continue
         trainer = str(values.get(f"{PROJECT}:trainerInstall", False)).lower() == "true"
-        for paragraph in README.split("\n\n"):
+        for paragraph in WRITTEN.split("\n\n"):
             for sentence in re.split(r"(?<=\.)\s+(?=[A-Z*])", paragraph):
                 if f"Pulumi.{name}.yaml`:" not in sentence:
                     continue
@@ -185,7 +187,8 @@ def test_every_recipe_a_stack_runs_is_one_the_benchmarks_measure():
 
 def test_seed_job_resources_stated_equal_the_rendered_container():
     (stated,) = re.findall(
-        r"it requests\s+`(\S+)`\s+CPU\s+and\s+`(\S+)`\s+memory,\s+with\s+a\s+`(\S+)`\s+memory\s+limit", README
+        r"it requests\s+`(\S+)`\s+CPU\s+and\s+`(\S+)`\s+memory,\s+with\s+a\s+`(\S+)`\s+memory\s+limit",
+        page_section(page("docs/how-to/write-a-stack.md"), "Training data: the seed Job"),
     )
     template = seed_pod_template(Settings(), "data", None, None)
     (container,) = template.spec.containers
@@ -203,7 +206,7 @@ def test_packages_pinned_by_pyproject_alone_are_in_pyproject():
         for deps in pyproject["project"]["optional-dependencies"].values()
         for dep in deps
     }
-    (claim,) = re.findall(r"([^.]*?)\s+are pinned by\s+`pyproject\.toml`\s+alone", README)
+    (claim,) = re.findall(r"([^.;]*?)\s+are pinned by\s+`pyproject\.toml`\s+alone", CONTRIBUTING)
     named = {w for w in re.findall(r"[a-z][a-z0-9_-]*", claim) if w in TORCH}
     assert named and named <= pinned, (claim, named - pinned)
 
@@ -211,8 +214,9 @@ def test_packages_pinned_by_pyproject_alone_are_in_pyproject():
 # --- command-line tools --------------------------------------------------------------------------
 
 
-def test_every_local_scheduler_flag_is_in_the_readme_usage():
-    usage = section(README, "Local scheduler (dev, demos, the contract test)").split("```")[1]
+def test_every_local_scheduler_flag_is_in_the_tutorials_usage():
+    tutorial = page_section(page("docs/tutorials/local-run.md"), "Other stacks and options")
+    (usage,) = re.findall(r"```text\n(.*?)```", tutorial, re.S)
     flags = {f for action in local_cli.build_parser()._actions for f in action.option_strings}
     assert flags - {"-h", "--help"} <= set(re.findall(r"--[a-z][a-z-]*", usage))
 
@@ -253,8 +257,8 @@ def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other
     every job stack creates)."""
     from infra.offline.manifest import render
 
-    role = JOB_DEPLOYER.search(README)
-    assert role, "README: no ddp-mnist-job-deployer paragraph"
+    role = JOB_DEPLOYER.search(page_section(page("docs/how-to/ci.md"), "Identities per environment"))
+    assert role, "docs/how-to/ci.md: no ddp-mnist-job-deployer paragraph"
     writes, _, reads = role.group(1).partition("; `get`, `list`, `watch` on")
     granted = [
         o

@@ -43,7 +43,7 @@ def test_every_kubectl_apply_of_the_page_uses_the_stacks_field_manager():
     assert len(applies) == 2 and all(f"--field-manager={FIELD_MANAGER} " in a for a in applies), applies
 
 
-def test_the_readme_links_the_page_next_to_operator_init_container_restricted():
-    readme = (ROOT / "README.md").read_text()
-    paragraph = next(p for p in readme.split("\n\n") if "docs/EXISTING-KUBEFLOW.md" in p)
+def test_the_init_container_page_links_the_page_next_to_operator_init_container_restricted():
+    text = (ROOT / "docs" / "explanation" / "init-container.md").read_text()
+    paragraph = next(p for p in text.split("\n\n") if "(../EXISTING-KUBEFLOW.md)" in p)
     assert "operatorInitContainerRestricted" in paragraph and "operatorPatchExisting" in paragraph

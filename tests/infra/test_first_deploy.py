@@ -1,4 +1,4 @@
-"""A first `pulumi up` on a fresh cluster: where the S3 keys come from, the README's walkthrough as
+"""A first `pulumi up` on a fresh cluster: where the S3 keys come from, the how-to's walkthrough as
 written, and the port the NetworkPolicies open towards MinIO."""
 
 from __future__ import annotations
@@ -114,15 +114,16 @@ def test_the_offline_stand_in_keys_only_fill_a_gap_the_program_would_refuse():
         assert load_stack(name) == _stack_file(name)
 
 
-# --- the README's walkthrough, as written ---------------------------------------------------
+# --- docs/how-to/write-a-stack.md's walkthrough, as written --------------------------------
+
+HOW_TO = ROOT / "docs" / "how-to" / "write-a-stack.md"
 
 
 def _walkthrough() -> list[list[str]]:
-    """The commands of the first shell block under "## Deploying a stack" in the README."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Deploying a stack\n", 1)[1]
+    """The commands of the first shell block under "## Bring a stack up" in the how-to."""
+    section = HOW_TO.read_text().split("\n## Bring a stack up\n", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, "no shell block in the README's deploy section"
+    assert block, "no shell block in the how-to's 'Bring a stack up'"
     return [shlex.split(line, comments=True) for line in block.group(1).splitlines() if line.strip()]
 
 
@@ -201,8 +202,8 @@ def test_minio_egress_port_out_of_range_is_one_line():
     assert str(raised.value) == "config ddp-mnist:minioEgressPort=70000 is invalid: must be <= 65535"
 
 
-def test_readme_gives_port_advice_that_matches_the_keys():
-    readme = (ROOT / "README.md").read_text()
-    assert "minioEgressPort" in readme
-    assert "set\n`minioEndpoint` with port 9000" not in readme
+def test_the_how_to_gives_port_advice_that_matches_the_keys():
+    text = HOW_TO.read_text().split("\n## Isolation and least privilege\n", 1)[1]
+    assert "minioEgressPort: 9000" in text and "minio.minio.svc.cluster.local:80" in text
+    assert "set\n`minioEndpoint` with port 9000" not in text
     assert Path(ROOT / "Pulumi.yaml").read_text().count("minioEgressPort:") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,7 +208,8 @@ def test_sigkilled_rank_is_retried_and_the_job_resumes_from_its_checkpoint(tmp_p
 def test_readme_main_command_is_the_local_run():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
-    assert "make run " in readme and "make test " in readme
+    (block,) = [b for b in re.findall(r"```sh\n(.*?)```", readme, re.S) if b.startswith("make run ")]
+    assert [line.split("#")[0].strip() for line in block.splitlines()] == ["make run", "make test"]
     assert "-m infra.offline.local --stack $(STACK)" in makefile
 
 

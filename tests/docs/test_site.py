@@ -1,0 +1,189 @@
+"""The documentation site: it builds with --strict, every internal link and anchor resolves, every
+command a tutorial gives is one the project has, and the README stays short."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.docs.pages import DOCS, ROOT, anchors, page, pages, shell_blocks
+
+# Markdown links [text](target) and reference definitions [label]: target, outside fenced blocks.
+INLINE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+REFERENCE = re.compile(r"^\[[^\]]+\]:\s+(\S+)", re.MULTILINE)
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+TOOLS = {"pulumi", "kubectl", "docker", "kind", "minikube", "curl", "helm"}
+
+
+def links(text: str) -> list[str]:
+    text = FENCE.sub("", text)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return INLINE.findall(text) + REFERENCE.findall(text)
+
+
+def internal_link_problems(source: Path) -> list[str]:
+    problems = []
+    for target in links(source.read_text()):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (source.parent / path).resolve() if path else source
+        where = f"{source.relative_to(ROOT)}: {target}"
+        if not resolved.exists():
+            problems.append(f"{where}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved.read_text()):
+            problems.append(f"{where}: no heading with that anchor")
+    return problems
+
+
+def test_the_site_builds_strict(tmp_path):
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(tmp_path / "site"), strict=True)
+    build(config)  # raises on any warning under strict
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "Run it locally" in index and "First deploy on kind or minikube" in index
+    search = (tmp_path / "site" / "search" / "search_index.json").read_text()
+    assert "tutorials/first-deploy/" in search and "explanation/retry-rule/" in search
+
+
+def nav_pages(nav) -> list[str]:
+    found = []
+    for item in nav:
+        value = next(iter(item.values())) if isinstance(item, dict) else item
+        found += nav_pages(value) if isinstance(value, list) else [value]
+    return found
+
+
+def test_the_nav_holds_every_page_once_and_every_page_is_in_it():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    listed = nav_pages(config["nav"])
+    assert len(listed) == len(set(listed))
+    assert set(listed) == {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+
+
+def test_every_internal_link_and_anchor_resolves():
+    problems = [problem for source in pages() for problem in internal_link_problems(source)]
+    assert problems == []
+
+
+def test_the_link_checker_finds_a_missing_file_and_a_missing_anchor(tmp_path):
+    source = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Other\n\n## A `code` heading\n")
+    source.write_text(
+        "[ok](other.md#a-code-heading) [gone](missing.md) [bad](other.md#nope) [self](#title)\n# Title\n"
+    )
+    relative = Path(source)
+    problems = [p.split(": ", 1)[1] for p in _problems_under(tmp_path, relative)]
+    assert problems == ["missing.md: no such file", "other.md#nope: no heading with that anchor"]
+
+
+def _problems_under(root: Path, source: Path) -> list[str]:
+    global ROOT
+    saved, ROOT = ROOT, root
+    try:
+        return internal_link_problems(source)
+    finally:
+        ROOT = saved
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+
+
+def command_problem(argv: list[str]) -> str | None:
+    """Why a tutorial's command is not one the project has, or None."""
+    while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # VAR=value before the command
+        argv = argv[1:]
+    tool = argv[0]
+    if tool == "make":
+        targets = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
+        unknown = set(targets) - make_targets()
+        return f"no make target {sorted(unknown)}" if unknown else None
+    if Path(tool).name in ("python", "python3"):
+        if argv[1:2] == ["-c"]:
+            return None
+        if argv[1:2] == ["-m"]:
+            module = argv[2]
+            found = (ROOT / module.replace(".", "/")).with_suffix(".py").exists() or (
+                ROOT / module.replace(".", "/") / "__main__.py"
+            ).exists()
+            return None if found or importlib.util.find_spec(module) else f"no module {module}"
+        return None if (ROOT / argv[1]).exists() else f"no script {argv[1]}"
+    if tool in TOOLS:
+        return None
+    if "/" in tool:
+        return None if (ROOT / tool).exists() or tool.startswith(".venv/bin/") else f"no script {tool}"
+    return f"{tool} is not a command the project has or an allowed tool"
+
+
+def tutorial_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for path in sorted((DOCS / "tutorials").glob("*.md")):
+        for block in shell_blocks(path.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|>")
+                lexer.whitespace_split, lexer.commenters = True, "#"
+                argv: list[str] = []
+                for token in [*lexer, ";"]:
+                    if token in (">", ">>"):
+                        argv.append(token)
+                    elif set(token) <= set(";&|"):
+                        if argv:
+                            found.append((path.name, _without_redirects(argv)))
+                        argv = []
+                    else:
+                        argv.append(token)
+    return found
+
+
+def _without_redirects(argv: list[str]) -> list[str]:
+    """The command without `> FILE`."""
+    out, skip = [], False
+    for token in argv:
+        if token in (">", ">>"):
+            skip = True
+        elif skip:
+            skip = False
+        else:
+            out.append(token)
+    return out
+
+
+def test_every_tutorial_command_is_one_the_project_has():
+    commands = tutorial_commands()
+    assert {"make", "pulumi", "kubectl", "curl"} <= {argv[0] for _, argv in commands}
+    problems = [
+        f"{name}: {shlex.join(argv)}: {why}" for name, argv in commands if (why := command_problem(argv))
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["make", "run"], None),
+        (["make", "deploy-everything"], "no make target ['deploy-everything']"),
+        (["python", "-m", "infra.offline.local", "--stack", "dev"], None),
+        (["python", "-m", "infra.offline.nothing"], "no module infra.offline.nothing"),
+        (["terraform", "apply"], "terraform is not a command the project has or an allowed tool"),
+        (["kubectl", "get", "pods"], None),
+    ],
+)
+def test_the_command_checker_tells_known_from_unknown(argv, problem):
+    assert command_problem(argv) == problem
+
+
+def test_the_readme_is_at_most_200_lines_and_names_the_two_commands():
+    readme = page("README.md")
+    assert len(readme.splitlines()) <= 200
+    (block,) = [b for b in shell_blocks(readme) if b.startswith("make run")]
+    assert [line.split()[:2] for line in block.splitlines()] == [["make", "run"], ["make", "test"]]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make")]
+    assert ci == ["make run", "make test"]
