@@ -51,6 +51,12 @@ def test_the_site_builds_strict(tmp_path):
     assert "Run it locally" in index and "First deploy on kind or minikube" in index
     search = (tmp_path / "site" / "search" / "search_index.json").read_text()
     assert "tutorials/first-deploy/" in search and "explanation/retry-rule/" in search
+    # A newcomer finds every key and every output from the site's search.
+    from infra.program.outputs import OUTPUTS
+    from infra.program.settings import SECRET_KEYS, Settings
+
+    names = [f.alias for f in Settings.model_fields.values()] + list(SECRET_KEYS) + list(OUTPUTS)
+    assert [n for n in names if n not in search] == []
 
 
 def nav_pages(nav) -> list[str]:
