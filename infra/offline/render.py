@@ -6,11 +6,7 @@ the controllers then create from them (`<stack>.effective.yaml`, see `infra.offl
 prints a preview-like table. `--validate` checks the objects against the upstream schemas and the
 effective pods against the namespace's admission (Pod Security, LimitRange, ResourceQuota).
 
-Exit codes: 0 rendered; 2 bad stack config, unknown or unreadable stack, a vendored manifest that is not
-the one infra/manifests/index.yaml records, a missing --crd file, a --crd-dir without the Trainer v2 and
-JobSet CRDs, or an unwritable --out (nothing written); 3 a
-rendered object failed schema validation, or an effective pod would be refused by the API server (one
-line each; nothing written).
+Exit codes: `EXIT_CODE_MEANINGS` below (`--help` and docs/reference/exit-codes.md list it).
 """
 
 from __future__ import annotations

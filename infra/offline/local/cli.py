@@ -24,11 +24,7 @@ The parts: `workloads` (the stack's workloads planned, in dependency order, afte
 processes) applying `controllers` (restart and failure rules), `stack` (running them in order),
 `serve_stack` (the model server and its accuracy check) and this command line.
 
-Exit codes: 0 the job succeeded (and the server, if any, served the trainer's accuracy); 1 a workload
-failed (the seed Job or the training job), the server never got Ready or served other predictions than
-the trainer's, or the API server would refuse its pods; 2 bad stack config, unknown stack, a job that
-cannot run locally, a --preempt naming no pod of the job, or a local S3 stand-in's bucket that could
-not be filled with MNIST; 130 interrupted.
+Exit codes: `EXIT_CODE_MEANINGS` below (`--help` and docs/reference/exit-codes.md list it).
 """
 
 from __future__ import annotations

@@ -9,9 +9,7 @@
 KUBECONFIG to use; `down` stops every process and removes the state directory; `kueue` applies Kueue's
 manifests from its pinned module and returns once its webhooks answer (infra.offline.realcluster.kueue).
 
-Exit codes: 0 done; 2 bad arguments; 3 no Go toolchain; 4 a part failed to build; 5 the cluster (or
-Kueue) did not start (one line says which part; its log is in the state directory's logs/); 6 `status`
-or `kueue`: the cluster is not running.
+Exit codes: `EXIT_CODE_MEANINGS` below (`--help` and docs/reference/exit-codes.md list it).
 """
 
 from __future__ import annotations
