@@ -45,5 +45,5 @@ def test_every_kubectl_apply_of_the_page_uses_the_stacks_field_manager():
 
 def test_the_init_container_page_links_the_page_next_to_operator_init_container_restricted():
     text = (ROOT / "docs" / "explanation" / "init-container.md").read_text()
-    paragraph = next(p for p in text.split("\n\n") if "(../EXISTING-KUBEFLOW.md)" in p)
-    assert "operatorInitContainerRestricted" in paragraph and "operatorPatchExisting" in paragraph
+    section = next(s for s in text.split("\n## ") if "(../EXISTING-KUBEFLOW.md)" in s)
+    assert "operatorInitContainerRestricted" in section and "operatorPatchExisting" in section
