@@ -68,3 +68,33 @@ def table(text: str, header: str) -> list[list[str]]:
 def shell_blocks(text: str) -> list[str]:
     """The contents of the page's ```sh blocks."""
     return re.findall(r"^```sh\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def paragraphs(text: str) -> list[tuple[int, list[str]]]:
+    """(first line number, lines) of each prose paragraph: consecutive non-blank lines outside fenced
+    blocks, tables, headings and admonition markers; a list item starts a new one."""
+    found: list[tuple[int, list[str]]] = []
+    current: list[str] = []
+    start, fenced = 0, False
+
+    def close() -> None:
+        if current:
+            found.append((start, list(current)))
+            current.clear()
+
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            close()
+            fenced = not fenced
+            continue
+        if fenced or not stripped or line.startswith("#") or stripped.startswith(("|", "!!!", "<!--", "---")):
+            close()
+            continue
+        if re.match(r"([-*+]|\d+\.) ", stripped):
+            close()
+        if not current:
+            start = number
+        current.append(line)
+    close()
+    return found

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.docs.pages import DOCS, ROOT, anchors, page, pages, shell_blocks
+from tests.docs.pages import DOCS, ROOT, anchors, page, pages, paragraphs, shell_blocks
 
 # Markdown links [text](target) and reference definitions [label]: target, outside fenced blocks.
 INLINE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -193,3 +193,23 @@ def test_the_readme_is_at_most_200_lines_and_names_the_two_commands():
     assert [line.split()[:2] for line in block.splitlines()] == [["make", "run"], ["make", "test"]]
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line.startswith("make")]
     assert ci == ["make run", "make test"]
+
+
+LONGEST_PARAGRAPH = 10  # lines: past that, prose wants a list, a table or a heading
+
+
+def test_no_hand_written_paragraph_runs_over_ten_lines():
+    generated = {p for p in (DOCS / "reference").glob("*.md") if p.read_text().startswith("---\nsearch:")}
+    long = [
+        f"{source.relative_to(ROOT)}:{start}: {len(lines)} lines"
+        for source in pages()
+        if source not in generated
+        for start, lines in paragraphs(source.read_text())
+        if len(lines) > LONGEST_PARAGRAPH
+    ]
+    assert long == []
+
+
+def test_the_paragraph_reader_counts_prose_not_lists_or_code():
+    text = "intro\n\n" + "word\n" * 11 + "\n- item\n  more\n- next\n\n```sh\n" + "x\n" * 20 + "```\n"
+    assert [(start, len(lines)) for start, lines in paragraphs(text)] == [(1, 1), (3, 11), (15, 2), (17, 1)]
