@@ -3,21 +3,22 @@ code writes it: templates are read from the source (tests/docs/messages.py), so 
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import pkgutil
 import re
 
 import pytest
 
 from infra.offline.stackconfig import ROOT
-from infra.program import checks, config, device_plugin, placement, runwatch, scheduling, smoke
+from infra.program import checks, config, device_plugin, placement, platform, runwatch, scheduling, smoke
 from infra.program import settings as settings_package
 from tests.docs.messages import HOLE, Message, calls, canonical, config_errors, raised, template
 from trainer import errors, export, launch, mirrors, s3
 
 PAGE = ROOT / "docs/how-to/troubleshooting.md"
 TEXT = PAGE.read_text()
-# Pages other owners write at these fixed paths (docs plan); links to them resolve once merged.
 
 
 def shown_lines() -> list[str]:
@@ -179,3 +180,30 @@ def test_every_exit_code_that_needs_action_has_an_entry_with_its_messages(code: 
     messages = needs_action_messages(code)
     assert messages, code
     assert [m.template for m in messages if m.template != HOLE and not shown(m, whole=False)] == []
+
+
+def platform_messages() -> list[Message]:
+    """Every line a job stack stops with when its platform stack disagrees: the PlatformMismatch
+    raises, and the needs `take` puts after "stack <stack> " (`_needs`'s returned texts)."""
+    found = [
+        Message(platform.__name__, function, canonical(template(node.args[0], names)))
+        for function, node, names in calls(platform, "PlatformMismatch", 0)
+        if ".format(" not in ast.unparse(node.args[0])  # "stack {stack} " + a need: read below
+    ]
+    tree = ast.parse(inspect.getsource(platform._needs))
+    needs = [
+        Message(platform.__name__, "_needs", canonical("stack {} " + template(node.value, {})))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Return)
+        and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+    ]
+    return found + needs
+
+
+@pytest.mark.parametrize("message", platform_messages(), ids=lambda m: m.template[:60])
+def test_every_platform_mismatch_is_shown(message: Message) -> None:
+    assert shown(message), message.template
+
+
+def test_the_platform_lines_are_all_read() -> None:
+    assert len(platform_messages()) >= 11  # 4 raises with text of their own, 7 needs
