@@ -318,7 +318,7 @@ def test_the_pack_reads_every_stack_in_its_own_environment():
     python = POLICY_DIR / ".venv" / "bin" / "python"
     # `make test` builds it (make test-fast does not, and then this test says so).
     if not python.exists():
-        pytest.skip("no policy/.venv (make the pack's environment: README, Guardrails)")
+        pytest.skip("no policy/.venv (make the pack's environment: docs/how-to/policy-pack.md)")
     objects = [o for stack in ALL_STACKS for o in stack_objects(stack)]
     assert {"InferenceService", "TrainJob", "PyTorchJob", "Deployment"} <= {o["kind"] for o in objects}
     done = subprocess.run(

@@ -465,21 +465,19 @@ def test_the_server_imports_nothing_the_image_lacks() -> None:
     assert imported - set(sys.stdlib_module_names) == {"trainer", "torch"}
 
 
-def readme_section() -> str:
-    from tests.serve.conftest import REPO_ROOT
+def serving_section() -> str:
+    from tests.docs.pages import page, section
 
-    text = (REPO_ROOT / "README.md").read_text()
-    start = text.index("### The model server\n")
-    return text[start : text.index("\n## ", start)]
+    return section(page("docs/how-to/serving.md"), "The model server")
 
 
-def test_the_readme_names_every_flag_of_the_server() -> None:
+def test_the_serving_page_names_every_flag_of_the_server() -> None:
     """Every flag of ``--help`` is named (its exit codes: docs/reference/exit-codes.md, generated)."""
     import re
 
     from trainer.serve import cli as serve
 
-    section = readme_section()
+    section = serving_section()
     flags = {f for action in serve.build_parser()._actions for f in action.option_strings if f != "-h"}
     assert "--max-body-bytes" in flags and "--help" in flags
     flags.discard("--help")
