@@ -313,9 +313,9 @@ def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) 
     Returns the evicted pod as read right after the eviction, the job's outcome and the uids seen."""
     selector = f"{JOB_LABEL}={job}"
     with stages(
-        fleet.long_run_stage(f"{namespace}-runs", namespace, {JOB_LABEL: job}, RUN_S),
+        fleet.long_run_stage(f"{namespace}-runs", namespace, {JOB_LABEL: job}, RUN_S, PEER_STOPPED),
         fleet.sigterm_stage(f"{namespace}-sigterm", namespace, 143),
-        fleet.failure_stage(f"{namespace}-peer", namespace, {PEER_STOPPED: "true"}, 201, weight=200),
+        fleet.failure_stage(f"{namespace}-peer", namespace, {PEER_STOPPED: "true"}, 201),
     ):
         stack.up(on_output=print, show_secrets=False)
         pods = wait_running(namespace, selector, 2)

@@ -168,18 +168,24 @@ def _job_pod_stage(name: str, selector: Obj, weight: int, delay_ms: int, status:
     }
 
 
-def failure_stage(
-    name: str, namespace: str, labels: dict[str, str], exit_code: int, weight: int = 100
-) -> Obj:
+def failure_stage(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Obj:
     """Running job pods of `namespace` with `labels` end with `exit_code` (a scenario's failure)."""
     selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels))
-    return _job_pod_stage(name, selector, weight, JOB_POD_DELAY_MS, _terminated(exit_code, "Error", "Failed"))
+    return _job_pod_stage(name, selector, 100, JOB_POD_DELAY_MS, _terminated(exit_code, "Error", "Failed"))
 
 
-def long_run_stage(name: str, namespace: str, labels: dict[str, str], seconds: int) -> Obj:
+def long_run_stage(
+    name: str, namespace: str, labels: dict[str, str], seconds: int, unless_label: str = ""
+) -> Obj:
     """Running job pods of `namespace` with `labels` exit 0 only after `seconds` (a training that long),
-    so that a scenario can act on them while they run."""
-    selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels))
+    so that a scenario can act on them while they run; a pod that carries `unless_label` is left to
+    another stage. KWOK picks among the stages that match a pod at random, by weight
+    (sigs.k8s.io/kwok v0.8.0 `pkg/utils/lifecycle/lifecycle.go`, Match): only a weight of 0 never
+    wins over a positive one, so two scenario stages must not match the same pod."""
+    unless = (
+        [{"key": f'.metadata.labels["{unless_label}"]', "operator": "DoesNotExist"}] if unless_label else []
+    )
+    selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels) + unless)
     return _job_pod_stage(name, selector, 100, seconds * 1000, _terminated(0, "Completed", "Succeeded"))
 
 
