@@ -302,7 +302,7 @@ def _json(body: dict) -> str:
 
 
 PEER_STOPPED = "ddp-mnist.local/stopped-with-peers"
-RUN_S = 20  # how long a scenario 25 pod trains: time to evict one while it runs
+RUN_S = 45  # how long a scenario 25 pod trains: time to evict one and stop its peer, under load
 
 
 def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) -> dict[str, Any]:
