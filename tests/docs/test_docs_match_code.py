@@ -5,21 +5,19 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tomllib
 from typing import Any
 
 import pytest
 
 from infra.offline.local import cli as local_cli
+from infra.offline.reference.policy import policies
 from infra.offline.stackconfig import ROOT, load_stack, stack_names
 from infra.program import podspec
 from infra.program.meta import JobNames
 from infra.program.seed import seed_pod_template
 from infra.program.settings import PROJECT, Settings
-from tests.docs.pages import page, pages
-from tests.docs.pages import section as page_section
-from tests.docs.pages import table as page_table
+from tests.docs.pages import page, pages, section, table
 
 README = (ROOT / "README.md").read_text()
 TRAINER_PAGE = page("docs/reference/trainer.md")
@@ -28,27 +26,6 @@ CONTRIBUTING = page("CONTRIBUTING.md")
 WRITTEN = "\n\n".join(p.read_text() for p in pages() if "reference" not in p.parts or p.name == "trainer.md")
 BENCHMARKS = (ROOT / "docs" / "BENCHMARKS.md").read_text()
 POLICY_DIR = ROOT / "policy"
-
-
-def section(text: str, title: str) -> str:
-    """The text under the Markdown heading `title`, up to the next heading of the same or a higher level."""
-    match = re.search(rf"^(#+) {re.escape(title)}\n", text, re.MULTILINE)
-    assert match, f"no heading {title!r}"
-    level = len(match.group(1))
-    end = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, match.end())
-    return text[match.end() : end.start() if end else len(text)]
-
-
-def table(text: str, header: str) -> list[list[str]]:
-    """The body rows (cells stripped) of the first Markdown table whose header row starts with `header`."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    return rows
 
 
 # --- trainer -------------------------------------------------------------------------------------
@@ -85,20 +62,10 @@ def _documented(value: Any) -> str:
     return str(value)
 
 
-def _policies() -> list[Any]:
-    """The policy pack's policies, imported as the Pulumi CLI imports the pack (its directory on sys.path)."""
-    sys.path.insert(0, str(POLICY_DIR))
-    try:
-        import crossguard
-    finally:
-        sys.path.remove(str(POLICY_DIR))
-    return list(crossguard.policies())
-
-
 def _policy_defaults() -> dict[str, Any]:
     return {
         key: prop["default"]
-        for policy in _policies()
+        for policy in policies()
         if policy.config_schema is not None
         for key, prop in policy.config_schema.properties.items()
     }
@@ -141,7 +108,7 @@ def _states(text: str, default: Any) -> bool:
 
 
 def test_every_stack_file_is_listed_in_the_layout_table():
-    rows = page_table(page_section(CONTRIBUTING, "Layout"), "path")
+    rows = table(section(CONTRIBUTING, "Layout"), "path")
     (listed,) = [row[1] for row in rows if row[0] == "`stacks/`"]
     assert set(re.findall(r"`([a-z0-9-]+)`", listed)) == set(stack_names())
     assert {p.name for p in (ROOT / "stacks").glob("Pulumi.*.yaml")} == {
@@ -188,7 +155,7 @@ def test_every_recipe_a_stack_runs_is_one_the_benchmarks_measure():
 def test_seed_job_resources_stated_equal_the_rendered_container():
     (stated,) = re.findall(
         r"it requests\s+`(\S+)`\s+CPU\s+and\s+`(\S+)`\s+memory,\s+with\s+a\s+`(\S+)`\s+memory\s+limit",
-        page_section(page("docs/how-to/write-a-stack.md"), "Training data: the seed Job"),
+        section(page("docs/how-to/write-a-stack.md"), "Training data: the seed Job"),
     )
     template = seed_pod_template(Settings(), "data", None, None)
     (container,) = template.spec.containers
@@ -215,7 +182,7 @@ def test_packages_pinned_by_pyproject_alone_are_in_pyproject():
 
 
 def test_every_local_scheduler_flag_is_in_the_tutorials_usage():
-    tutorial = page_section(page("docs/tutorials/local-run.md"), "Other stacks and options")
+    tutorial = section(page("docs/tutorials/local-run.md"), "Other stacks and options")
     (usage,) = re.findall(r"```text\n(.*?)```", tutorial, re.S)
     flags = {f for action in local_cli.build_parser()._actions for f in action.option_strings}
     assert flags - {"-h", "--help"} <= set(re.findall(r"--[a-z][a-z-]*", usage))
@@ -259,7 +226,7 @@ def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other
     every job stack creates)."""
     from infra.offline.manifest import render
 
-    role = JOB_DEPLOYER.search(page_section(page("docs/how-to/ci.md"), "Identities per environment"))
+    role = JOB_DEPLOYER.search(section(page("docs/how-to/ci.md"), "Identities per environment"))
     assert role, "docs/how-to/ci.md: no ddp-mnist-job-deployer list"
     writes, _, reads = role.group(1).partition("`get`, `list`, `watch` on")
     granted = [
