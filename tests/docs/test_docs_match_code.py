@@ -25,7 +25,6 @@ CONTRIBUTING = page("CONTRIBUTING.md")
 # Every hand-written page (the generated reference pages are checked against the code by their generator).
 WRITTEN = "\n\n".join(p.read_text() for p in pages() if "reference" not in p.parts or p.name == "trainer.md")
 BENCHMARKS = (ROOT / "docs" / "BENCHMARKS.md").read_text()
-POLICY_DIR = ROOT / "policy"
 
 
 # --- trainer -------------------------------------------------------------------------------------
