@@ -174,12 +174,14 @@ def test_a_pod_still_running_after_its_grace_period_is_killed(tmp_path):
 
 
 def _seeded_plan(values: dict, root: Path) -> JobPlan:
-    """The training job over a seeded data volume, 2 nodes, 2 epochs of 10 steps (2560 images), a
-    progress line per step."""
+    """The training job over a seeded data volume, 2 nodes, 2 epochs of 20 steps (5120 images at a
+    global batch of 256), a progress line per step."""
     seed_data_volume(root)
-    job = plan_stack(render_config({**SMALL, "jobNodes": 2, "jobEpochs": 2, **values}), root, {})
+    recipe = {"jobNodes": 2, "jobEpochs": 2, "jobBatchSize": 256}
+    job = plan_stack(render_config({**SMALL, **recipe, **values}), root, {})
     for pod in job.pods:
-        # 20 steps an epoch: the ranks agree every 10th, so a stop lands mid-epoch
+        # 5120 images at a global batch of 256: 20 steps an epoch; the ranks agree every 10th, so
+        # a stop lands mid-epoch
         pod.argv += ["--train-limit=5120", "--progress-seconds=0", "--log-every=1"]
         pod.env["OMP_NUM_THREADS"] = "1"
     return job
