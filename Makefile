@@ -39,6 +39,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 infra-env: $(INFRA_VENV)/.installed ## create .venv-infra, the Pulumi program's environment (no torch)
+
 # The deploy path (.github/workflows/pulumi-stack.yml): the program's and the policy pack's environments
 # from the hash-checked requirements `make lock` writes beside constraints.txt, every file checked
 # against its sha256; the project itself without a download (setuptools is among them).
@@ -84,8 +85,7 @@ test-fast: $(VENV)/.installed ## the quick tests only (no real processes)
 # The real-server tier of MLflow logging (tests/trainer/test_mlflow_server.py): a tracking server in its
 # own environment, .venv-mlflow (about 850 MB with the server's dependencies, so never in .venv or the
 # image; its protobuf 7 would not meet kserve's pin either), at the versions constraints/mlflow-server.txt
-# records. `make test` runs the tier when it exists and
-# skips it, saying why, when not.
+# records. `make test-mlflow` runs the tier; `make test` never collects it (marker `mlflow_server`).
 MLFLOW_SERVER_VERSION := 3.17.2
 MLFLOW_VENV := .venv-mlflow
 

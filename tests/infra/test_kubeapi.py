@@ -3,10 +3,9 @@ on 127.0.0.1 (plain HTTP), with a kubeconfig given as a path, as contents, and t
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -14,11 +13,12 @@ import pytest
 
 from infra.program.kubeapi import KubeConfigError, KubeReader
 from infra.program.runwatch import ReadError
+from tests.jsonhttp import JsonHandler
 
 TOKEN = "t0ken-for-the-stand-in"
 
 
-class _Api(BaseHTTPRequestHandler):
+class _Api(JsonHandler):
     seen: list[tuple[str, str | None]] = []
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -33,15 +33,7 @@ class _Api(BaseHTTPRequestHandler):
             ),
             "/apis/batch/v1/namespaces/ns/jobs/broken": (500, {"message": "etcd"}),
         }.get(path, (404, {"kind": "Status", "code": 404}))
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
+        self.answer(status, body)
 
 
 @pytest.fixture(scope="module")

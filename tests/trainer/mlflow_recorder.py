@@ -16,9 +16,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.jsonhttp import JsonHandler
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 EXPERIMENT_ID = "7"
@@ -50,24 +52,15 @@ class Recorder:
         return [r for r in self.requests if r.path == path]
 
 
-def _handler(recorder: Recorder) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+def _handler(recorder: Recorder) -> type[JsonHandler]:
+    class Handler(JsonHandler):
         def _serve(self) -> None:
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             request = Request(self.command, parts.path, parse_qs(parts.query), dict(self.headers), body)
             recorder.requests.append(request)
-            status, reply = self._reply(request)
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.answer(*self._reply(request))
 
         def _reply(self, request: Request) -> tuple[int, dict[str, Any]]:
             if recorder.refuse is not None:

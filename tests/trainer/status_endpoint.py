@@ -29,12 +29,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+from tests.jsonhttp import JsonHandler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENDORED = REPO_ROOT / "infra" / "manifests" / "kubeflow-trainer" / "manifests.yaml"
@@ -114,25 +116,14 @@ class StatusEndpoint:
             return [r["body"] for r in self.requests if r["code"] == 200]
 
 
-def _handler(endpoint: StatusEndpoint, token: str, schema: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
+def _handler(endpoint: StatusEndpoint, token: str, schema: dict[str, Any]) -> type[JsonHandler]:
     validator = jsonschema.Draft7Validator(
         {k: v for k, v in schema.items() if not k.startswith("x-kubernetes-")}
     )
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _answer(self, code: int, payload: Any) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
+    class Handler(JsonHandler):
         def _status(self, code: int, message: str, reason: str) -> None:
-            self._answer(code, {"status": "Failure", "message": message, "reason": reason, "code": code})
+            self.answer(code, {"status": "Failure", "message": message, "reason": reason, "code": code})
 
         def do_GET(self) -> None:
             self._status(404, "Not found", "NotFound")
@@ -149,7 +140,7 @@ def _handler(endpoint: StatusEndpoint, token: str, schema: dict[str, Any]) -> ty
             if code != 200:
                 self._status(code, message, reason)
             else:
-                self._answer(200, record["body"])
+                self.answer(200, record["body"])
 
         def _handle(self, length: int, record: dict[str, Any]) -> tuple[int, str, str]:
             if not PATH.match(self.path):
