@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,10 @@ from infra.offline.upstream import Install, install_yaml, installs, source_of
 from infra.program.settings import PROJECT, Settings
 
 if TYPE_CHECKING:
+    from infra.program.config import S3Credentials
     from infra.program.runwatch import RunWatch
+
+    Instrument = Callable[[Settings, S3Credentials | None], tuple[Settings, S3Credentials | None]]
 
 REDACTED = "[redacted]"
 SET_BY_API_SERVER = "<set by the API server>"
@@ -242,9 +246,12 @@ def run_program(
     stack: StackConfig,
     mocks: RecordingMocks | None = None,
     watch: RunWatch | None = None,
+    instrument: Instrument | None = None,
 ) -> tuple[RecordingMocks, dict[str, Any]]:
     """Runs `infra.program.stack` for a stack under mocks. Raises ConfigError before registering anything.
-    `watch`: how the program waits for the runs (none: the outcomes come from the mocked status)."""
+    `watch`: how the program waits for the runs (none: the outcomes come from the mocked status).
+    `instrument`: given the validated settings and credentials, returns what the program goes on with
+    (the platform's facts taken, then built; infra.offline.reference.reads records the keys read)."""
     from infra.program.config import load_settings
     from infra.program.stack import build
 
@@ -259,6 +266,8 @@ def run_program(
     @pulumi.runtime.test
     def program() -> pulumi.Output[Any]:
         settings, credentials = load_settings()
+        if instrument is not None:
+            settings, credentials = instrument(settings, credentials)
         settings = with_offline_platform(settings, stack.name, credentials is not None)
         result = {
             k: pulumi.Output.from_input(v)

@@ -19,23 +19,23 @@ from infra.program.settings import PROJECT_ROOT
 POLICY_DIR = PROJECT_ROOT / "policy"
 
 
-def policies() -> list[Any]:
-    """The pack's policies, imported as the Pulumi CLI imports the pack (its directory on sys.path)."""
+def _pack() -> Any:
+    """The pack's module, imported as the Pulumi CLI imports the pack (its directory on sys.path)."""
     sys.path.insert(0, str(POLICY_DIR))
     try:
         import crossguard
     finally:
         sys.path.remove(str(POLICY_DIR))
-    return list(crossguard.policies())
+    return crossguard
+
+
+def policies() -> list[Any]:
+    """The pack's policies, as it serves them."""
+    return list(_pack().policies())
 
 
 def pack_name() -> str:
-    sys.path.insert(0, str(POLICY_DIR))
-    try:
-        import crossguard
-    finally:
-        sys.path.remove(str(POLICY_DIR))
-    return str(crossguard.PACK_NAME)
+    return str(_pack().PACK_NAME)
 
 
 def level(policy: Any) -> str:
@@ -50,8 +50,7 @@ def _type(prop: dict[str, Any]) -> str:
     kind = prop.get("type", "")
     if kind == "array":
         return f"list of {prop.get('items', {}).get('type', 'values')}s"
-    bound = "".join(f", >= {prop['minimum']}" for _ in [0] if "minimum" in prop)
-    return f"{kind}{bound}"
+    return f"{kind}, >= {prop['minimum']}" if "minimum" in prop else kind
 
 
 def page() -> str:

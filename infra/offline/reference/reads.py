@@ -14,12 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-import pulumi
-
-from infra.offline.manifest import RecordingMocks, _ensure_event_loop, with_offline_platform
+from infra.offline.manifest import run_program
 from infra.offline.stackconfig import StackConfig, load_stack, stack_names
 from infra.program.config import S3Credentials
-from infra.program.settings import PROJECT, Settings
+from infra.program.settings import Settings
 
 # The credentials' fields and the secret config keys they hold (infra.program.config.load_settings).
 CREDENTIAL_KEYS = {
@@ -71,30 +69,18 @@ def _recording_credentials(credentials: S3Credentials | None, keys: set[str]) ->
 
 
 def run_stack(stack: StackConfig) -> StackRun:
-    """The stack's program under mocks, as `infra.offline.manifest.run_program` runs it, recording."""
-    from infra.program.config import load_settings
-    from infra.program.stack import build
-
+    """The stack's program under mocks (`infra.offline.manifest.run_program`), recording."""
     keys: set[str] = set()
-    exported: set[str] = set()
     role: list[str] = []
-    _ensure_event_loop()
-    pulumi.runtime.set_mocks(RecordingMocks(), project=PROJECT, stack=stack.name, preview=False)
-    pulumi.runtime.set_all_config(dict(stack.values), sorted(stack.secret_keys))
 
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[Any]:
-        settings, credentials = load_settings()
+    def recording(
+        settings: Settings, credentials: S3Credentials | None
+    ) -> tuple[Settings, S3Credentials | None]:
         role.append(settings.stack_role)
-        settings = with_offline_platform(
-            _recording_settings(settings, keys), stack.name, credentials is not None
-        )
-        outputs = build(settings, _recording_credentials(credentials, keys), None)
-        found = {k: pulumi.Output.from_input(v) for k, v in outputs.items() if v is not None}
-        return pulumi.Output.all(**found).apply(lambda values: exported.update(values))
+        return _recording_settings(settings, keys), _recording_credentials(credentials, keys)
 
-    program()
-    return StackRun(stack.name, role[0], frozenset(keys), frozenset(exported))
+    _, outputs = run_program(stack, instrument=recording)
+    return StackRun(stack.name, role[0], frozenset(keys), frozenset(outputs))
 
 
 def shipped_runs() -> list[StackRun]:
