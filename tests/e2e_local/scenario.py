@@ -306,10 +306,11 @@ RUN_S = 45  # how long a scenario 25 pod trains: time to evict one and stop its 
 
 
 def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) -> dict[str, Any]:
-    """Scenario 25's run: `up` of a job stack not awaited whose two pods train for RUN_S; the first
-    pod by name (rank 0) is evicted through the API and ends as the trainer ends on SIGTERM (exit
-    143, after its checkpoint), the other one then exits 201, as the trainer's peers do once the
-    ranks agreed to stop (trainer/preempt.py; the local scheduler rehearses both inside the pods).
+    """Scenario 25's run: `up` of a job stack not awaited whose two pods are kept Running for RUN_S by
+    a KWOK stage; the first pod by name (rank 0) is evicted through the real API, and KWOK stages this
+    test sets write the exits the trainer would have (143 for the evicted pod, 201 for its peer:
+    trainer/preempt.py; the local scheduler runs the real trainer's). No process ran: what is real is
+    the API server's eviction and the controllers' reaction to those exits.
     Returns the evicted pod as read right after the eviction, the job's outcome and the uids seen."""
     selector = f"{JOB_LABEL}={job}"
     with stages(

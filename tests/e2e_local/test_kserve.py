@@ -1,9 +1,13 @@
 """KServe, with the real engine, API server, controllers and KServe v0.20.0's controller (its release
 manifest vendored in infra/manifests, the stack's default); cert-manager's API is real,
-its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py):
+its issuing and CA injection are the tier's stand-in (infra/offline/realcluster/certmanager.py), not
+cert-manager:
 
 13. the platform stack, updated with `kserveInstall`, applies KServe's manifest and replaces nothing;
-    its webhooks get the CA of their Certificate and answer;
+    the stand-in writes the webhook Certificate's Secret and puts its CA into KServe's webhook
+    configurations (a check of the stand-in's own work); the API server then calls KServe's webhooks
+    over TLS trusting that CA and KServe answers: an InferenceService whose name KServe refuses is
+    denied by KServe's validating webhook (a server-side dry run), not failed on the certificate;
 14. a job stack with `serveKind: kserve`: the InferenceService is admitted by KServe's webhooks, its
     controller makes the predictor Deployment (Standard mode) and the InferenceService becomes Ready
     once the job succeeded; the predictor pod, as admitted, equals the offline model's field by field;
@@ -19,7 +23,9 @@ its issuing and CA injection stand in (infra/offline/realcluster/certmanager.py)
 from __future__ import annotations
 
 import base64
+import json
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -35,6 +41,11 @@ pytestmark = pytest.mark.e2e_local
 NAMESPACE = "ddp-mnist-local-kserve"
 ISVC = "kubernetes:serving.kserve.io/v1beta1:InferenceService"
 SLOW_LOAD_S = 20
+VALIDATOR = "inferenceservice.kserve-webhook-server.validator"
+# A valid object name (a DNS subdomain) that KServe's validator refuses: an InferenceService's name must
+# be a DNS-1035 label, no dot (v0.20.0 pkg/apis/serving/v1beta1/inference_service_validation.go,
+# validateInferenceServiceName, the first check).
+REFUSED_NAME = "webhook.ca-check"
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +65,45 @@ def _ready(isvc: dict) -> bool:
     )
 
 
+def _webhook_answer(body: dict, timeout_s: float = 60) -> str:
+    """What a server-side dry run of creating `body` says: kubectl's error, or "" if it was admitted.
+    Retried while KServe's webhook cannot be reached yet (its process starting, its certificate being
+    issued), until it answers or `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            live.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(body))
+            return ""
+        except RuntimeError as error:
+            said = str(error)
+        if "denied the request" in said or time.monotonic() > deadline:
+            return said
+        time.sleep(2)
+
+
 def test_13_the_platform_stack_installs_kserve_and_its_webhooks_get_their_ca(with_kserve: dict) -> None:
     changed = scenario.changes(with_kserve["result"].summary.resource_changes)
     assert "replace" not in changed and "delete" not in changed, changed
     controller = live.get("deployment", "kserve-controller-manager", "kserve")
     assert controller["status"].get("availableReplicas") == 1
+    # A check of the tier's cert-manager stand-in, not of the cluster: it issued the Certificate's Secret
+    # and injected its CA into the webhook configuration.
     secret = live.get("secret", "kserve-webhook-server-cert", "kserve")
     ca = secret["data"]["ca.crt"]
     assert base64.b64decode(ca).startswith(b"-----BEGIN CERTIFICATE-----")
     config = live.get("validatingwebhookconfiguration", "inferenceservice.serving.kserve.io")
     assert {hook["clientConfig"].get("caBundle") for hook in config["webhooks"]} == {ca}
+    # The cluster's reaction: the API server calls KServe's webhooks (failurePolicy Fail) over TLS,
+    # trusting that CA, and KServe's validator answers with its refusal. A CA the API server did not
+    # trust would fail the call instead ("failed calling webhook ... x509: ...").
+    body = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": REFUSED_NAME, "namespace": "kserve"},
+        "spec": {"predictor": {"containers": [{"name": "kserve-container", "image": scenario.IMAGE}]}},
+    }
+    said = _webhook_answer(body)
+    assert f'admission webhook "{VALIDATOR}" denied the request' in said, said
 
 
 def test_14_an_inference_service_becomes_ready_and_a_new_run_updates_it(served: dict) -> None:

@@ -1,14 +1,19 @@
 """Preemption, with the real engine, API server, Job controller and training operator:
 
 25. a job pod evicted through the API (what `kubectl drain` and a spot node's termination handler call)
-    gets `DisruptionTarget`, ends as the trainer ends on SIGTERM (exit 143, after its checkpoint), and
-    its peer then exits 201 (the ranks' agreed stop); the job kind brings both back and the job ends as
-    an uninterrupted one, with no failure counted where the kind counts them: the Indexed Job's
-    podFailurePolicy ignores both (`status.failed` stays 0), the training operator recreates both
-    under `restartPolicy: ExitCode` (the stack's default). The TrainJob's case is in test_trainjob.py
-    (it needs Trainer v2 installed). What happens inside the pods (the checkpoint at the agreed step,
-    the exact resume) is the local scheduler's to show (`tests/local/test_preempt.py`): KWOK runs no
-    process.
+    gets `DisruptionTarget` from the API server; the job kind brings it and its peer back and the job
+    ends as an uninterrupted one, with no failure counted where the kind counts them: the Indexed
+    Job's podFailurePolicy ignores both ends (`status.failed` stays 0), the training operator
+    recreates both under `restartPolicy: ExitCode` (the stack's default). The TrainJob's case is in
+    test_trainjob.py (it needs Trainer v2 installed).
+
+The exit codes are not the trainer's here: no kubelet and no trainer run under KWOK. A KWOK stage
+(infra/offline/realcluster/fleet.py, `sigterm_stage`) writes exit 143 on the evicted pod, what the
+kubelet would report once the trainer ends on SIGTERM after its checkpoint; the test labels the peer
+and another stage (`failure_stage`) writes exit 201, the trainer's code once the ranks agreed to stop.
+What is real is the Job controller's and the training operator's reaction to those codes.
+What happens inside the pods (the checkpoint at the agreed step, the exit codes, the exact resume) is
+the local scheduler's to show (`tests/local/test_preempt.py`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,6 @@ def test_25_an_evicted_pod_restarts_the_job_without_counting_a_failure(
             assert len(finished) == 2 and not run["first_uids"] & set(finished), run["final_pods"]
         else:
             exits = scenario.exited_with_codes(namespace)
-            assert {143, 201} <= exits, exits  # the operator saw both ends and retried them
+            assert {143, 201} <= exits, exits  # the operator saw both stage-written ends and retried them
     finally:
         scenario.destroy(stack, namespace)

@@ -191,13 +191,13 @@ def long_run_stage(
 
 def sigterm_stage(name: str, namespace: str, exit_code: int) -> Obj:
     """A running job pod of `namespace` that is being deleted (the API's eviction, a drain, a spot
-    node's shutdown) ends as the kubelet ends it: its container gets SIGTERM and exits with
-    `exit_code` (the trainer's 143, after its checkpoint), and the pod, whose restartPolicy is Never,
-    is Failed before it is removed (kubernetes v1.33.13 `pkg/kubelet/status/status_manager.go`,
-    canBeDeleted: "Delay deletion of pods until the phase is terminal"). Without it KWOK's
-    `pod-delete` removes the pod while Running, which a Job with a podFailurePolicy never counts as
-    failed (`pkg/controller/job/job_controller.go`, isPodFailed), so its tracking finalizer would
-    hold the pod forever."""
+    node's shutdown) is written as the kubelet would end it: no process runs and no signal is sent;
+    the stage sets the container terminated with `exit_code` (what the trainer exits with after its
+    checkpoint on SIGTERM, 143) and the pod, whose restartPolicy is Never, Failed before it is removed
+    (kubernetes v1.33.13 `pkg/kubelet/status/status_manager.go`, canBeDeleted: "Delay deletion of
+    pods until the phase is terminal"). Without it KWOK's `pod-delete` removes the pod while Running,
+    which a Job with a podFailurePolicy never counts as failed (`pkg/controller/job/job_controller.go`,
+    isPodFailed), so its tracking finalizer would hold the pod forever."""
     selector = {
         "matchExpressions": [
             {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
