@@ -16,7 +16,7 @@ STACK ?= dev
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
-.PHONY: run render test test-fast e2e e2e-local cluster-build cluster-up cluster-down rehearse lint golden schema reference infra-env deploy-env lock clean \
+.PHONY: run render test test-fast e2e e2e-local e2e-node cluster-build cluster-up cluster-down node-up rehearse lint golden schema reference infra-env deploy-env lock clean \
 	manifests manifests-check mlflow-server-env test-mlflow \
 	image image-push docs docs-serve
 
@@ -117,8 +117,9 @@ cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed ## start the local clust
 cluster-down: $(VENV)/.installed ## stop the local cluster and remove its state
 	$(VENV)/bin/python -m infra.offline.realcluster down
 
-# A real preview and up of STACK against the running local cluster (`make cluster-up` first); extra
-# arguments in REHEARSE_ARGS (e.g. `--set minioAccessKey=KEY --set minioSecretKey=SECRET --local-sources`).
+# A real preview and up of STACK (a stack of stacks/, or the path of a Pulumi.<name>.yaml of yours) against
+# the running local cluster (`make cluster-up` first); extra arguments in REHEARSE_ARGS (e.g. `--set
+# minioAccessKey=KEY --set minioSecretKey=SECRET --local-sources`).
 rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed ## a real preview and up of STACK against the running local cluster
 	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 
@@ -129,6 +130,22 @@ e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
 	$(VENV)/bin/python -m pytest -m e2e_local tests/e2e_local -v -p no:cacheprovider \
 		--junitxml=build/e2e-local/junit.xml; code=$$?; \
 	echo "make e2e-local: exit $$code after $$(( $$(date +%s) - start )) s"; \
+	exit $$code
+
+# The real node (infra/offline/realcluster/node): a kubelet and kube-proxy at the control plane's pin
+# with containerd, runc and the CNI plugins from Debian's packages (installed when missing), joined to
+# the running local cluster; its images (pause, CoreDNS, the trainer from our Dockerfile on a Debian
+# base) are built here once and loaded into its containerd. As root; `make cluster-down` stops it too.
+node-up: $(VENV)/.installed ## join a real kubelet node to the running local cluster (as root)
+	$(VENV)/bin/python -m infra.offline.realcluster.node up
+
+# The real node tier (tests/e2e_node): a cluster of its own with the real node, our pods in containers;
+# teardown checks that nothing is left on the machine. As root; never part of `run` or `test`.
+e2e-node: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed ## the real node tier's scenarios (as root), on a cluster of their own
+	@start=$$(date +%s); mkdir -p build/e2e-node; \
+	$(VENV)/bin/python -m pytest -m e2e_node tests/e2e_node -v -p no:cacheprovider \
+		--junitxml=build/e2e-node/junit.xml; code=$$?; \
+	echo "make e2e-node: exit $$code after $$(( $$(date +%s) - start )) s"; \
 	exit $$code
 
 # The trainer image from Dockerfile, for linux/amd64 (docs/RELEASE.md; a release tag builds, signs and

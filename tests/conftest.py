@@ -1,5 +1,6 @@
 """The cluster tiers run only when asked for: `make e2e` (`pytest -m e2e tests/e2e`, a real cluster)
-and `make e2e-local` (`pytest -m e2e_local tests/e2e_local`, the local cluster of real parts).
+`make e2e-local` (`pytest -m e2e_local tests/e2e_local`, the local cluster of real parts) and `make
+e2e-node` (`pytest -m e2e_node tests/e2e_node`, that cluster with a real kubelet node).
 
 The policy pack's modules import each other by plain name, as the Pulumi CLI runs the pack (its
 directory on sys.path), so that directory is importable in every test."""
@@ -18,6 +19,7 @@ if str(TESTS.parent / "policy") not in sys.path:
 TIERS = {
     TESTS / "e2e": "e2e",
     TESTS / "e2e_local": "e2e_local",
+    TESTS / "e2e_node": "e2e_node",
     TESTS / "trainer" / "test_mlflow_server.py": "mlflow_server",
 }
 E2E_DIR = TESTS / "e2e"

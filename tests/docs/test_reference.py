@@ -18,6 +18,7 @@ from infra.offline import reference, render
 from infra.offline.local import cli as local_cli
 from infra.offline.realcluster import __main__ as realcluster
 from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO
+from infra.offline.realcluster.node import __main__ as real_node_cli
 from infra.offline.reference import __main__ as reference_cli
 from infra.offline.reference import exitcodes, maketargets
 from infra.offline.reference.reads import run_stack, shipped_runs
@@ -71,7 +72,7 @@ def returned_codes(function: Any) -> set[int]:
         elif isinstance(node, ast.IfExp):
             value(node.body)
             value(node.orelse)
-        elif ast.unparse(node) == "error.code" and module is realcluster:
+        elif ast.unparse(node) == "error.code" and module in (realcluster, real_node_cli):
             codes.update((EXIT_NO_GO, EXIT_BUILD_FAILED))
         else:
             raise AssertionError(f"cannot read the exit code {ast.unparse(node)}")
@@ -86,6 +87,7 @@ MAINS = {
     "Render": render.main,
     "Local run": local_cli.main,
     "Local cluster": realcluster.main,
+    "Real node": real_node_cli.main,
     "Reference": reference_cli.main,
 }
 

@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if shutil.which(tool) is None:
             raise pytest.UsageError(f"e2e-local: no {tool} on PATH ({why})")
     try:
-        build.build(list(build.PARTS))
+        build.build(build.tier_parts("cluster"))
     except build.BuildError as error:
         raise pytest.UsageError(f"e2e-local: {error}") from None
 

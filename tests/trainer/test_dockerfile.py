@@ -19,7 +19,7 @@ BASE_DIGEST = "sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e
 # looser threshold cannot let them through, and let no inline pragma silence a rule.
 HADOLINT_FLAGS = ["--no-color", "--disable-ignore-pragma", "--error=DL3006", "--error=DL3007"]
 PINNED_FROM = re.compile(
-    r"^FROM (?P<name>[^\s:@]+):(?P<tag>[^\s@]+)@sha256:(?P<digest>[0-9a-f]{64})(?: AS \S+)?$"
+    r"^ARG BASE_IMAGE=(?P<name>[^\s:@]+):(?P<tag>[^\s@]+)@sha256:(?P<digest>[0-9a-f]{64})(?: AS \S+)?$"
 )
 
 
@@ -77,7 +77,9 @@ def test_hadolint_fails_an_unpinned_base(hadolint: str, dockerfile: str, base: s
 
 def test_every_base_is_pinned_by_tag_and_digest(dockerfile: str) -> None:
     # hadolint has no rule that requires a digest (DL3006 accepts a tag alone), so check it here.
-    froms = re.findall(r"^FROM .*$", dockerfile, re.MULTILINE)
+    # The one FROM names the build argument whose default is the pinned base.
+    assert re.findall(r"^FROM .*$", dockerfile, re.MULTILINE) == ["FROM ${BASE_IMAGE}"]
+    froms = re.findall(r"^ARG BASE_IMAGE=.*$", dockerfile, re.MULTILINE)
     pins = [PINNED_FROM.fullmatch(line) for line in froms]
     assert froms and all(pins), froms
     assert [f"{pin['name']}:{pin['tag']}@sha256:{pin['digest']}" for pin in pins if pin] == [

@@ -22,6 +22,7 @@ from infra.offline import exit_codes_epilog
 from infra.offline.realcluster import kueue
 from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO, BuildError, build
 from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive, down, up
+from infra.offline.realcluster.node import node
 
 EXIT_NOT_STARTED = 5
 EXIT_NOT_RUNNING = 6
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             up(state)
         elif args.command == "down":
+            node.down(state)  # the real node first, if one joined (no-op otherwise)
             down(state)
         else:
             pids = state.read().get("pids", {})

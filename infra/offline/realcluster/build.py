@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
+from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part, tier_parts
 
 EXIT_NO_GO = 3
 EXIT_BUILD_FAILED = 4
@@ -179,9 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--part", action="append", choices=sorted(PARTS), help="build only this part (repeatable)"
     )
+    parser.add_argument(
+        "--node", action="store_true", help="also the real node's parts (kubelet, kube-proxy)"
+    )
     args = parser.parse_args(argv)
     try:
-        build(args.part or list(PARTS))
+        build(args.part or tier_parts("cluster", *(["node"] if args.node else [])))
     except BuildError as error:
         print(error, file=sys.stderr)
         return error.code

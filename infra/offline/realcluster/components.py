@@ -125,6 +125,11 @@ def kube_apiserver(binary: Path, pki: Path, etcd_port: int, port: int, egress: P
         "--authorization-mode=RBAC",
         "--allow-privileged=true",
         f"--egress-selector-config-file={egress}",
+        # Logs and exec on the real node (node/): the API server reaches its kubelet at the node's
+        # address, as the admin (the kubelet authorizes it through a SubjectAccessReview).
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        f"--kubelet-client-certificate={pki / 'admin.crt'}",
+        f"--kubelet-client-key={pki / 'admin.key'}",
         "--profiling=false",
         "--v=1",
     ]

@@ -35,10 +35,14 @@ class Part:
     generated: Callable[[Callable[[str], Path]], dict[str, bytes]] | None = None
     # Files copied from a required module's directory next to the binaries: (module, path in it, name).
     companions: tuple[tuple[str, str, str], ...] = field(default_factory=tuple)
+    # The wrapper directory under parts/, when another part's wrapper pins these binaries too.
+    wrapper: str = ""
+    # "node": built only for the real node (`make e2e-node`), never by the control plane's tier.
+    tier: str = "cluster"
 
     @property
     def directory(self) -> Path:
-        return PARTS_DIR / self.name
+        return PARTS_DIR / (self.wrapper or self.name)
 
 
 def _kubernetes_ldflags() -> tuple[str, ...]:
@@ -111,6 +115,24 @@ PARTS: dict[str, Part] = {
             tags="selinux,notest",
             ldflags=_kubernetes_ldflags(),
         ),
+        # The real node's kubelet and kube-proxy, from the control plane's wrapper (one Kubernetes pin).
+        Part(
+            "kubernetes-node",
+            {name: f"k8s.io/kubernetes/cmd/{name}" for name in ("kubelet", "kube-proxy")},
+            tags="selinux,notest",
+            ldflags=_kubernetes_ldflags(),
+            wrapper="kubernetes",
+            tier="node",
+        ),
+        # crictl: the node's teardown removes the pod sandboxes through the CRI (CNI DEL runs).
+        Part(
+            "cri-tools",
+            {"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+            ldflags=("-X sigs.k8s.io/cri-tools/pkg/version.Version=v1.34.0",),
+            tier="node",
+        ),
+        # The cluster DNS of the real node, run there as a pod (node/addons.py).
+        Part("coredns", {"coredns": "github.com/coredns/coredns"}, tier="node"),
         Part("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
         Part(
             "training-operator",
@@ -152,3 +174,8 @@ PARTS: dict[str, Part] = {
         ),
     )
 }
+
+
+def tier_parts(*tiers: str) -> list[str]:
+    """The names of the parts a tier builds: "cluster" (the control plane's tier), "node" (the real node)."""
+    return [name for name, part in PARTS.items() if part.tier in tiers]

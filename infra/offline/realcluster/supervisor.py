@@ -2,7 +2,7 @@
 
 - **Egress proxy** (the API server's `cluster` egress, HTTP CONNECT on a Unix socket): a call to a Service
   (an admission webhook) goes to the local process whose pod labels the Service selects, at the local
-  port of the Service's target port.
+  port of the Service's target port; a call to a real node's kubelet (logs, exec) goes to it as is.
 - **Volume provisioner**: what a CSI driver's external-provisioner does for a claim of a StorageClass
   whose provisioner is not the in-tree one: a PersistentVolume bound to the claim (after the scheduler
   picks a node when the class waits for the first consumer), deleted when released under `Delete`.
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from infra.offline.realcluster import certmanager
 from infra.offline.realcluster.cluster import State
+from infra.offline.realcluster.fleet import FAKE_NODE_ANNOTATION
 from infra.offline.realcluster.kube import ApiError, Client, Obj
 from infra.offline.realcluster.operators import STAND_INS
 from infra.offline.realcluster.standins import LocalPods, target_port
@@ -57,17 +58,32 @@ class Supervisor:
                         return target_port(svc_port.get("targetPort", port), pod, running.pod.ports)
         return None
 
+    def target(self, host: str, port: int) -> tuple[str, int] | None:
+        """Where a CONNECT to `host:port` goes: a Service's local process, or a real node's kubelet
+        (logs, exec: the API server sends its kubelet traffic through the same egress) at the node's
+        own address, which is this machine's."""
+        local = self.backend(host, port)
+        if local is not None:
+            return "127.0.0.1", local
+        for node in self.client.items("/api/v1/nodes"):
+            if FAKE_NODE_ANNOTATION in node["metadata"].get("annotations", {}):
+                continue
+            addresses = node.get("status", {}).get("addresses", [])
+            if any(a["type"] == "InternalIP" and a["address"] == host for a in addresses):
+                return host, port
+        return None
+
     async def proxy(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await reader.readuntil(b"\r\n\r\n")
-            method, target = request.split(b" ")[:2]
-            host, _, port = target.decode().rpartition(":")
-            local = await asyncio.to_thread(self.backend, host, int(port)) if method == b"CONNECT" else None
-            if local is None:
+            method, requested = request.split(b" ")[:2]
+            host, _, port = requested.decode().rpartition(":")
+            target = await asyncio.to_thread(self.target, host, int(port)) if method == b"CONNECT" else None
+            if target is None:
                 writer.write(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")
                 await writer.drain()
                 return
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", local)
+            up_reader, up_writer = await asyncio.open_connection(*target)
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))

@@ -62,6 +62,13 @@ COMMANDS = (
         "The local cluster tool (`make cluster-up`, `make cluster-down`).",
     ),
     Command(
+        "Real node",
+        "python -m infra.offline.realcluster.node",
+        "infra.offline.realcluster.node.__main__",
+        "EXIT_CODE_MEANINGS",
+        "The local cluster's real kubelet node (`make node-up`; `make cluster-down` stops it).",
+    ),
+    Command(
         "Reference",
         "python -m infra.offline.reference",
         "infra.offline.reference.__main__",

@@ -1,0 +1,225 @@
+"""The cluster add-ons the real node runs as pods, as kubeadm installs them: CoreDNS behind the kube-dns
+Service at CLUSTER_DNS (what the kubelet's `clusterDNS` names).
+
+CoreDNS runs on the node's network (hostNetwork) and listens on the node's address alone: the API
+server listens on 127.0.0.1 only (its `kubernetes` Service's endpoint is an address where nothing
+listens), so CoreDNS reaches it through a kubeconfig of its own identity, `system:coredns`, with the
+rights upstream's CoreDNS manifest gives it (read services, endpoints, endpointslices, pods and
+namespaces). It forwards nothing: a name outside the cluster does not resolve from a pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import yaml
+
+from infra.offline.realcluster import components, pki
+from infra.offline.realcluster.cluster import State
+from infra.offline.realcluster.kube import Client, Obj
+from infra.offline.realcluster.node.config import (
+    CLUSTER_DNS,
+    CLUSTER_DOMAIN,
+    NODE_IP,
+    NODE_LABEL,
+    NODE_TAINT,
+)
+
+NAMESPACE = "kube-system"
+NAME = "coredns"
+USER = "system:coredns"
+READY_TIMEOUT_S = 90
+
+COREFILE = f"""\
+.:53 {{
+    bind {NODE_IP}
+    errors
+    health {NODE_IP}:8080
+    ready {NODE_IP}:8181
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig /etc/coredns/kubeconfig ddp-mnist-local
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+    loop
+    loadbalance
+}}
+"""
+
+
+def _rbac() -> list[tuple[str, Obj]]:
+    rules = [
+        {
+            "apiGroups": [""],
+            "resources": ["endpoints", "services", "pods", "namespaces"],
+            "verbs": ["list", "watch"],
+        },
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+    ]
+    return [
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": USER},
+                "rules": rules,
+            },
+        ),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": USER},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": USER},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
+            },
+        ),
+    ]
+
+
+def _kubeconfig_secret(state: State) -> Obj:
+    """CoreDNS's kubeconfig with its certificate inline (the pod reads no file of the host's)."""
+    crt, key = pki.client_certificate(state.pki, USER)
+    config = components.kubeconfig(state.read()["server"], state.pki, (crt, key))
+    config["clusters"][0]["cluster"] = {
+        "server": state.read()["server"],
+        "certificate-authority-data": base64.b64encode((state.pki / "ca.crt").read_bytes()).decode(),
+    }
+    config["users"][0]["user"] = {
+        "client-certificate-data": base64.b64encode(crt.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(key.read_bytes()).decode(),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{NAME}-kubeconfig", "namespace": NAMESPACE},
+        "type": "Opaque",
+        "stringData": {"kubeconfig": yaml.safe_dump(config)},
+    }
+
+
+def _deployment(image: str) -> Obj:
+    labels = {"k8s-app": "kube-dns"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "hostNetwork": True,
+                    "dnsPolicy": "Default",
+                    "priorityClassName": "system-cluster-critical",
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
+                    "tolerations": [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}],
+                    "containers": [
+                        {
+                            "name": "coredns",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": ["-conf", "/etc/coredns/Corefile"],
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "70Mi"},
+                                "limits": {"memory": "170Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                # Port 53 on the node's address: root with that one capability
+                                # (upstream's image gives its non-root binary the file capability
+                                # instead; a one-file image made here carries no xattrs).
+                                "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                                "runAsUser": 0,
+                            },
+                            "volumeMounts": [
+                                {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
+                            ],
+                            "livenessProbe": {
+                                "httpGet": {"host": NODE_IP, "path": "/health", "port": 8080},
+                                "periodSeconds": 10,
+                                "failureThreshold": 5,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"host": NODE_IP, "path": "/ready", "port": 8181},
+                                "periodSeconds": 2,
+                            },
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "config",
+                            "projected": {
+                                "sources": [
+                                    {"configMap": {"name": NAME}},
+                                    {"secret": {"name": f"{NAME}-kubeconfig"}},
+                                ]
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _service() -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kube-dns", "namespace": NAMESPACE, "labels": {"k8s-app": "kube-dns"}},
+        "spec": {
+            "clusterIP": CLUSTER_DNS,
+            "selector": {"k8s-app": "kube-dns"},
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+            ],
+        },
+    }
+
+
+def objects(state: State, image: str) -> list[tuple[str, Obj]]:
+    """(collection path, object) of everything CoreDNS needs, in the order they are applied."""
+    ns = f"/api/v1/namespaces/{NAMESPACE}"
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "data": {"Corefile": COREFILE},
+    }
+    return [
+        *_rbac(),
+        (f"{ns}/configmaps", config_map),
+        (f"{ns}/secrets", _kubeconfig_secret(state)),
+        (f"{ns}/services", _service()),
+        (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", _deployment(image)),
+    ]
+
+
+def _ready(client: Client) -> bool:
+    got = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{NAME}") or {}
+    return (got.get("status") or {}).get("readyReplicas", 0) >= 1
+
+
+def install(state: State, client: Client, image: str) -> float:
+    """Apply CoreDNS and wait until its pod is ready (its readiness probe passed); the seconds it took."""
+    started = time.monotonic()
+    for path, obj in objects(state, image):
+        client.apply(path, obj)
+    deadline = started + READY_TIMEOUT_S
+    while not _ready(client):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"node: CoreDNS not ready after {READY_TIMEOUT_S} s (kubectl -n {NAMESPACE} describe pods)"
+            )
+        time.sleep(1)
+    return time.monotonic() - started

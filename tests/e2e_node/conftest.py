@@ -1,0 +1,186 @@
+"""The real node tier's session: the local cluster (tests/e2e_local's control plane, KWOK's fake nodes)
+with a real kubelet node joined to it (infra/offline/realcluster/node), the real Pulumi CLI and a file
+backend.
+
+The tier runs as root (it installs Debian packages, makes an interface and runs containers) and stops
+before it collects anything, with one line (pytest's usage error, exit 4), where it cannot run. Its
+teardown stops the node and checks that nothing is left behind: a leftover process, interface, iptables
+chain, mount, network namespace or cgroup fails the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from infra.offline.realcluster import build, cluster
+from infra.offline.realcluster.node import host
+from infra.offline.realcluster.node import node as real_node
+from infra.offline.realcluster.node.config import NODE_LABEL, NODE_TAINT
+from infra.offline.realcluster.rehearse import engine_environment
+from tests.e2e import live
+from tests.e2e.project import Backend
+from tests.e2e.stacks import job_config
+from tests.e2e_local import scenario
+from tests.e2e_local.conftest import ENGINE_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = ROOT.parent / "shared" / "data" / "mnist"
+TRAINER_UID = 1000
+# The class of the static volumes: no StorageClass object, so no provisioner acts on it.
+STATIC_CLASS = "ddp-mnist-node-static"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Stop at once, with one line, when the tier cannot run (exit 4, before any collection)."""
+    if not config.option.markexpr or "e2e_node" not in config.option.markexpr:
+        return
+    if os.geteuid() != 0:
+        raise pytest.UsageError("e2e-node: run as root (the node installs packages and runs containers)")
+    for tool, why in (("go", "it builds the real parts"), ("kubectl", "the tier reads live objects")):
+        if shutil.which(tool) is None:
+            raise pytest.UsageError(f"e2e-node: no {tool} on PATH ({why})")
+    try:
+        host.ensure_packages(print)
+        build.build(build.tier_parts("cluster", "node"))
+    except (build.BuildError, host.HostError) as error:
+        raise pytest.UsageError(f"e2e-node: {error}") from None
+
+
+@pytest.fixture(scope="session")
+def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.State]:
+    """The local cluster with its real node Ready (and CoreDNS serving), the engine's environment set."""
+    state = cluster.State(tmp_path_factory.mktemp("cluster"))
+    cluster.up(state)
+    saved = {key: os.environ.get(key) for key in ENGINE_KEYS}
+    try:
+        real_node.up(state)
+        os.environ.update(engine_environment(state, tmp_path_factory.mktemp("pulumi-home")))
+        yield state
+    finally:
+        try:
+            left = real_node.down(state, check=False)
+        finally:
+            cluster.down(state)
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        assert not left, f"the node's teardown left {left}"
+
+
+@pytest.fixture(scope="session")
+def node_images(node_cluster: cluster.State) -> dict[str, str]:
+    """The images the node has loaded: name -> digest reference (pause, coredns, trainer)."""
+    return real_node.loaded_images(node_cluster)
+
+
+@pytest.fixture(scope="session")
+def backend(node_cluster: cluster.State, tmp_path_factory: pytest.TempPathFactory) -> Backend:
+    return Backend.create(tmp_path_factory.mktemp("pulumi"))
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """On a failure, the cluster's warning events go into the report."""
+    if call.when == "call" and call.excinfo is not None and "node_cluster" in item.fixturenames:
+        try:
+            events = live.kubectl("get", "events", "-A", "--field-selector", "type=Warning")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            return
+        item.add_report_section("call", "warning events", events[-6000:])
+
+
+def static_volume(name: str, path: Path, namespace: str, claim: str) -> dict:
+    """A hostPath PersistentVolume of `path`, bound ahead to the claim `namespace/claim`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": STATIC_CLASS,
+            "hostPath": {"path": str(path), "type": "Directory"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def volumes_for(node_cluster: cluster.State) -> Iterator[Callable[[str], dict[str, Path]]]:
+    """The data and checkpoint volumes of a job stack in a namespace: two host directories owned by
+    the trainer's uid, as a file store's export would give them (a hostPath volume takes no fsGroup),
+    the data one holding MNIST as the stack's seed Job leaves it; each a PersistentVolume bound
+    ahead to the stack's claim. This kernel has no NFS client, so csi-driver-nfs cannot mount here."""
+    made: list[str] = []
+
+    def make(namespace: str) -> dict[str, Path]:
+        root = node_cluster.directory / "volumes" / namespace
+        paths = {"data": root / "data", "checkpoints": root / "checkpoints"}
+        for path in paths.values():
+            path.mkdir(parents=True)
+        # What the stack's seed Job does (`trainer.seed --to /data/mnist`), by the same code.
+        seed = [
+            sys.executable,
+            "-m",
+            "trainer.seed",
+            "--from",
+            str(MNIST),
+            "--to",
+            str(paths["data"] / "mnist"),
+        ]
+        subprocess.run(seed, check=True, capture_output=True, cwd=ROOT)
+        for path in [*paths.values(), *paths["data"].rglob("*")]:
+            os.chown(path, TRAINER_UID, TRAINER_UID)
+        for kind, path in paths.items():
+            name = f"{namespace}-{kind}"
+            volume = static_volume(name, path, namespace, f"ddp-mnist-{kind}")
+            live.kubectl("apply", "-f", "-", stdin=json.dumps(volume))
+            made.append(name)
+        return paths
+
+    yield make
+    if made:
+        live.kubectl("delete", "pv", *made, "--ignore-not-found", "--wait=false")
+
+
+def node_job_config(image: str, namespace: str, **overrides: str) -> dict[str, str]:
+    """The dev stack's twin as a job stack placed on the real node, its claims on the static volumes,
+    no seed (the volume holds MNIST), no export and no server (those need MinIO in the cluster)."""
+    return job_config(
+        image,
+        *scenario.KEYS,
+        namespace=namespace,
+        storageProvider="existing",
+        storageClassName=STATIC_CLASS,
+        seedSource="none",
+        jobModelExport="false",
+        tensorboardDeploy="false",
+        serveKind="none",
+        jobCpuRequest="900m",
+        jobWaitTimeoutSeconds="600",
+        jobNodeSelector=f'["{NODE_LABEL[0]}={NODE_LABEL[1]}"]',
+        jobTolerations=f'["{NODE_TAINT[0]}={NODE_TAINT[1]}:{NODE_TAINT[2]}"]',
+        **overrides,
+    )
+
+
+def show_logs(namespace: str) -> None:
+    """Print the last lines of every container of `namespace` (pytest shows them with a failure)."""
+    try:
+        print(
+            live.kubectl(
+                "logs", "-n", namespace, "--all-containers", "--prefix", "--tail=40", "-l", "job-name"
+            )
+        )
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"no logs from {namespace}: {error}")

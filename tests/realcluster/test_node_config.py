@@ -1,0 +1,105 @@
+"""The real node's configuration, read offline: the settings without which nothing starts on our machines
+(shared notes: REAL-NODE-NOTES.md), where its servers listen, and the addresses it takes. `make e2e-node`
+shows the node running with them."""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from infra.offline.realcluster import components
+from infra.offline.realcluster.node import addons, images
+from infra.offline.realcluster.node.config import (
+    NODE_IP,
+    PAUSE_IMAGE,
+    POD_SUBNET,
+    NodeDirs,
+    cni_network,
+    containerd_config,
+    kube_proxy_config,
+    kubelet_config,
+)
+from infra.offline.realcluster.parts import PARTS, tier_parts
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> NodeDirs:
+    return NodeDirs(tmp_path / "node", tmp_path / "cache")
+
+
+def test_containerd_restricts_oom_score_adj_uses_cgroupfs_and_the_pause_image_built_here(dirs):
+    config = tomllib.loads(containerd_config(dirs, Path("/usr/lib/cni")))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # root here lacks CAP_SYS_RESOURCE
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert cri["sandbox_image"] == PAUSE_IMAGE
+    assert cri["cni"]["conf_dir"] == str(dirs.cni_conf)
+    assert config["grpc"]["address"] == str(dirs.containerd_socket)
+    # The image store outlives the cluster (a second run loads nothing); the run's state does not.
+    assert Path(config["root"]).is_relative_to(dirs.cache)
+    assert Path(config["state"]).is_relative_to(dirs.root)
+
+
+def test_the_kubelet_accepts_cgroup_v1_asks_no_oom_score_and_serves_on_the_node_address_only(dirs):
+    config = kubelet_config(dirs, Path("/pki/ca.crt"))
+    assert (config["failCgroupV1"], config["cgroupDriver"], config["oomScoreAdj"]) == (False, "cgroupfs", 0)
+    assert (config["address"], config["healthzBindAddress"], config["readOnlyPort"]) == (
+        NODE_IP,
+        "127.0.0.1",
+        0,
+    )
+    assert config["authentication"]["anonymous"]["enabled"] is False
+    assert config["authorization"]["mode"] == "Webhook"
+    assert config["clusterDNS"] == [addons._service()["spec"]["clusterIP"]]
+
+
+def test_kube_proxy_listens_on_loopback_and_leaves_the_hosts_conntrack_limits(tmp_path):
+    config = kube_proxy_config(tmp_path / "kubeconfig")
+    for key in ("healthzBindAddress", "metricsBindAddress"):
+        assert config[key].startswith("127.0.0.1:"), key
+    assert config["nodePortAddresses"] == [f"{NODE_IP}/32"]
+    assert (config["oomScoreAdj"], config["conntrack"]["maxPerCore"]) == (0, 0)
+
+
+def test_the_nodes_addresses_meet_no_other_range_of_the_cluster(dirs):
+    pods = ipaddress.ip_network(POD_SUBNET)
+    others = [ipaddress.ip_network(components.POD_CIDR), ipaddress.ip_network(components.SERVICE_CIDR)]
+    assert not any(pods.overlaps(other) for other in others)
+    assert not any(ipaddress.ip_address(NODE_IP) in net for net in [pods, *others])
+    bridge = cni_network(dirs)["plugins"][0]
+    assert bridge["ipMasq"] is False  # pods reach this machine and each other, never beyond it
+    assert bridge["ipam"]["ranges"] == [[{"subnet": POD_SUBNET}]]
+
+
+def test_coredns_listens_on_the_node_address_and_forwards_nothing():
+    assert f"bind {NODE_IP}" in addons.COREFILE
+    assert "forward" not in addons.COREFILE
+
+
+def test_the_node_parts_are_built_only_for_the_node_tier():
+    node = set(tier_parts("node"))
+    assert node == {"kubernetes-node", "cri-tools", "coredns"}
+    assert not node & set(tier_parts("cluster"))
+    # The kubelet and kube-proxy come from the control plane's wrapper: one Kubernetes pin.
+    assert PARTS["kubernetes-node"].directory == PARTS["kubernetes"].directory
+    assert PARTS["kubernetes-node"].ldflags == PARTS["kubernetes"].ldflags
+
+
+def test_the_trainer_images_key_follows_the_dockerfile_and_the_trainer_but_not_bytecode(
+    monkeypatch, tmp_path
+):
+    for name in ("Dockerfile", ".dockerignore"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "train.py").write_text("a")
+    monkeypatch.setattr(images, "ROOT", tmp_path)
+    key = images.trainer_key("base:1")
+    (tmp_path / "trainer" / "__pycache__").mkdir()
+    (tmp_path / "trainer" / "__pycache__" / "train.cpython-311.pyc").write_text("x")
+    assert images.trainer_key("base:1") == key
+    assert images.trainer_key("base:2") != key
+    (tmp_path / "trainer" / "train.py").write_text("b")
+    assert images.trainer_key("base:1") != key
