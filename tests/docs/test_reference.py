@@ -17,6 +17,7 @@ import pytest
 from infra.offline import reference, render
 from infra.offline.local import cli as local_cli
 from infra.offline.realcluster import __main__ as realcluster
+from infra.offline.realcluster import rehearse as rehearse_cli
 from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO
 from infra.offline.realcluster.node import __main__ as real_node_cli
 from infra.offline.reference import __main__ as reference_cli
@@ -72,7 +73,9 @@ def returned_codes(function: Any) -> set[int]:
         elif isinstance(node, ast.IfExp):
             value(node.body)
             value(node.orelse)
-        elif ast.unparse(node) == "error.code" and module in (realcluster, real_node_cli):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            codes.update(returned_codes(getattr(module, node.func.id)))  # what the called function returns
+        elif ast.unparse(node) == "error.code" and module in (realcluster, real_node_cli, rehearse_cli):
             codes.update((EXIT_NO_GO, EXIT_BUILD_FAILED))
         else:
             raise AssertionError(f"cannot read the exit code {ast.unparse(node)}")
@@ -88,6 +91,7 @@ MAINS = {
     "Local run": local_cli.main,
     "Local cluster": realcluster.main,
     "Real node": real_node_cli.main,
+    "Rehearse": rehearse_cli.main,
     "Reference": reference_cli.main,
 }
 

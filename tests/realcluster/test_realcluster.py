@@ -212,15 +212,14 @@ def test_an_unknown_command_is_a_usage_error():
 def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
     from infra.offline.realcluster.rehearse import rehearsal_config
 
-    config, placeholders = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"])
-    assert config["ddp-mnist:minioAccessKey"].value == "a" and config["ddp-mnist:minioAccessKey"].secret
-    assert config["ddp-mnist:minioBucket"].value == "other" and not config["ddp-mnist:minioBucket"].secret
-    assert config["ddp-mnist:namespace"].value == load_stack("dev").values["ddp-mnist:namespace"]
+    config = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"])
+    assert config.secrets["ddp-mnist:minioAccessKey"] == "a"
+    assert "ddp-mnist:minioAccessKey" not in config.plain
+    assert config.plain["ddp-mnist:minioBucket"] == "other"
+    assert config.plain["ddp-mnist:namespace"] == load_stack("dev").values["ddp-mnist:namespace"]
     # The key left unset becomes a named placeholder secret (the stack's other secret is unset too).
-    assert placeholders == ["ddp-mnist:minioSecretKey"]
-    assert config["ddp-mnist:minioSecretKey"].secret and config["ddp-mnist:minioSecretKey"].value.startswith(
-        "rehearsal-"
-    )
+    assert config.placeholders == ["ddp-mnist:minioSecretKey"]
+    assert config.secrets["ddp-mnist:minioSecretKey"].startswith("rehearsal-")
 
 
 def test_a_malformed_set_is_refused_with_one_line_and_exit_2_before_anything_runs(
@@ -370,9 +369,9 @@ def test_local_sources_take_the_csi_chart_from_the_kept_archive_and_leave_the_ve
     from infra.offline.realcluster.rehearse import rehearsal_config
     from infra.offline.realcluster.sources import csi_driver_nfs_chart
 
-    prerequisites, _ = rehearsal_config("dev-prereqs", [], local_sources=True)
-    assert prerequisites["ddp-mnist:nfsCsiChart"].value == str(csi_driver_nfs_chart())
-    platform, _ = rehearsal_config("gke-platform", [], local_sources=True)
+    prerequisites = rehearsal_config("dev-prereqs", [], local_sources=True)
+    assert prerequisites.plain["ddp-mnist:nfsCsiChart"] == str(csi_driver_nfs_chart())
+    platform = rehearsal_config("gke-platform", [], local_sources=True)
     assert not {"operatorSource", "trainerSource", "kserveSource", "nfsCsiChart"} & {
-        key.split(":", 1)[1] for key in platform
+        key.split(":", 1)[1] for key in platform.plain
     }

@@ -5,18 +5,26 @@ quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
     python -m infra.offline.realcluster.rehearse --stack NAME [--up] [--set KEY=VALUE ...]
                                                  [--local-sources] [--state DIR]
 
-The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is, in a file backend of the cluster's own
-(`<state>/pulumi`), never your real backend. Values stored encrypted (`secure:`) cannot be read here:
-each becomes a placeholder secret, named in one line; `--set` gives a key a value instead (the S3 keys
-are set as secrets). The training operator, Trainer v2 (with JobSet) and KServe come from their vendored
-manifests (infra/manifests) as on any cluster; `--local-sources` also takes csi-driver-nfs's chart (a
-prerequisites stack's `nfsCsiChart`) from the archive the tier keeps (infra/offline/realcluster/
-sources.py) instead of GitHub, for a machine without access to GitHub. Pods run no process
-(KWOK completes them), so a rehearsal proves what the engine, the API server and the controllers do
-with the stack, not the training itself (`make run` proves that).
+The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is: its values are written into the rehearsal
+project's own stack file (lists stay lists, as the CLI checks them against the project's types), in a
+file backend of the cluster's own (`<state>/pulumi`), never your real backend. Values stored encrypted
+(`secure:`) cannot be read here: each becomes a placeholder secret, named in one line; `--set` gives a
+key a value instead (the S3 keys are set as secrets, encrypted by the rehearsal backend; a list key takes
+`[a, b]`). The training operator, Trainer v2 (with JobSet) and KServe come from their vendored manifests
+(infra/manifests) as on any cluster; `--local-sources` also takes csi-driver-nfs's chart (a prerequisites
+stack's `nfsCsiChart`) from the archive the tier keeps (infra/offline/realcluster/sources.py) instead of
+GitHub, for a machine without access to GitHub. Pods run no process (KWOK completes them), so a
+rehearsal proves what the engine, the API server and the controllers do with the stack, not the
+training itself (`make run` proves that).
 
-Exit codes: 0 the preview (and up) succeeded; 2 bad arguments or stack config; 3/4 a part is missing or
-failed to build; 6 the cluster is not running; 7 the preview or up failed (its output above says why).
+Before the engine runs, what the stack expects to find in the cluster (its platform stack, an existing
+namespace, StorageClass or Secret, an operator it does not install, a PriorityClass, Kueue and its
+ClusterQueue) is read from the API server, and each one missing is one line. They stop `--up` before
+anything runs (an up would wait for them, or fail on the first); a preview still runs, as the engine
+previews without them. A failed preview or up prints the engine's output and its error (the CLI's
+stderr), then one line.
+
+Exit codes: `EXIT_CODE_MEANINGS` below (`--help` lists it).
 """
 
 from __future__ import annotations
@@ -26,21 +34,46 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pulumi import automation as auto
 
+from infra.offline import exit_codes_epilog
 from infra.offline.realcluster import sources
-from infra.offline.realcluster.build import BuildError, binary
+from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO, BuildError, binary
 from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive
+from infra.offline.realcluster.expected import missing_prerequisites
 from infra.offline.realcluster.parts import KUBERNETES_PROVIDER_VERSION
-from infra.offline.stackconfig import ROOT, StackNotFound, load_stack, project_file
+from infra.offline.stackconfig import (
+    ROOT,
+    StackConfig,
+    StackNotFound,
+    as_config_string,
+    from_mapping,
+    load_stack,
+    project_file,
+    stacks_dir,
+    with_stand_in_secrets,
+)
 from infra.program.settings import PROJECT, SECRET_KEYS
 
 EXIT_USAGE = 2
 EXIT_NOT_RUNNING = 6
 EXIT_FAILED = 7
+EXIT_MISSING = 8
+EXIT_CODE_MEANINGS = {
+    0: "the preview (and up) succeeded",
+    EXIT_USAGE: "bad arguments or stack config",
+    EXIT_NO_GO: "no Go toolchain (or one too old) to build a missing part",
+    EXIT_BUILD_FAILED: "a part failed to build",
+    EXIT_NOT_RUNNING: "the cluster is not running",
+    EXIT_FAILED: "the preview or up failed: the engine's output and error, then one line",
+    EXIT_MISSING: "--up: the cluster lacks what the stack expects to find there: one line each, nothing run",
+}
 
 
 def project_dir(work: Path) -> Path:
@@ -113,17 +146,65 @@ def environment(state: State) -> dict[str, str]:
     }
 
 
-def rehearsal_config(
-    name: str, overrides: list[str], local_sources: bool = False
-) -> tuple[dict[str, auto.ConfigValue], list[str]]:
-    """The stack's config for the rehearsal, and the keys whose encrypted values became placeholders."""
-    stack = load_stack(name)
-    config = {
-        key: auto.ConfigValue(value, secret=key in stack.secret_keys) for key, value in stack.values.items()
-    }
-    placeholders = sorted(key for key in stack.secret_keys)
-    for key in placeholders:
-        config[key] = auto.ConfigValue(f"rehearsal-{key.split(':')[-1]}", secret=True)
+@dataclass(frozen=True)
+class RehearsalConfig:
+    """A stack's config for the rehearsal."""
+
+    name: str  # the stack's name in the rehearsal backend
+    plain: dict[str, Any]  # as the stack file holds them: lists stay lists, written into the stack file
+    secrets: dict[str, str] = field(default_factory=dict)  # set through the CLI, encrypted by its backend
+    placeholders: list[str] = field(default_factory=list)  # keys whose encrypted values became placeholders
+
+    def values(self) -> dict[str, str]:
+        """Every value as the program receives it (a list as JSON)."""
+        return {**{key: as_config_string(value) for key, value in self.plain.items()}, **self.secrets}
+
+
+def override(key: str, value: str) -> Any:
+    """A `--set` value as the CLI would store it: a list for a key the project types as an array (given
+    as `[a, b]`, YAML or JSON), else the string."""
+    short = key.split(":", 1)[1] if key.startswith(f"{PROJECT}:") else ""
+    if project_file().get("config", {}).get(short, {}).get("type") != "array":
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        parsed = None
+    if not isinstance(parsed, list):
+        raise ValueError(f"--set {short}={value!r}: {short} is a list, give it as [a, b] (YAML or JSON)")
+    return [str(item) for item in parsed]
+
+
+def stack_source(stack: str) -> tuple[str, StackConfig, dict[str, Any]]:
+    """The stack's name, its config as the program reads it, and its file's `config:` as written:
+    `stacks/Pulumi.<stack>.yaml`, or a stack file of yours given by its path (`.../Pulumi.<name>.yaml`)."""
+    if not stack.endswith(".yaml"):
+        loaded = load_stack(stack)
+        document = yaml.safe_load((stacks_dir() / f"Pulumi.{stack}.yaml").read_text()) or {}
+        return stack, loaded, document.get("config") or {}
+    path = Path(stack)
+    name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    if not path.name.startswith("Pulumi.") or not name or not path.is_file():
+        raise StackNotFound(
+            f"no stack file {stack} (a stack of stacks/, or the path of a Pulumi.<name>.yaml)"
+        )
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError:
+        raise StackNotFound(f"stack file {stack} is not valid YAML") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise StackNotFound(f"stack file {stack} must hold a `config:` mapping")
+    return name, with_stand_in_secrets(from_mapping(name, config)), config
+
+
+def rehearsal_config(stack: str, overrides: list[str], local_sources: bool = False) -> RehearsalConfig:
+    """The stack's config for the rehearsal: its stack file's values as they are, `--set` on top, each
+    secret key (an encrypted value, or an S3 key the file leaves unset) a named placeholder unless set."""
+    name, loaded, written = stack_source(stack)
+    plain = {key: value for key, value in written.items() if key not in loaded.secret_keys}
+    placeholders = sorted(loaded.secret_keys)
+    secret = {key: f"rehearsal-{key.split(':')[-1]}" for key in placeholders}
     for entry in overrides:
         key, sep, value = entry.partition("=")
         if not sep or not key:
@@ -131,24 +212,126 @@ def rehearsal_config(
                 f"--set {entry!r}: expected KEY=VALUE (a config key of {PROJECT}, e.g. minioBucket=mnist)"
             )
         full = key if ":" in key else f"{PROJECT}:{key}"
-        config[full] = auto.ConfigValue(value, secret=full.split(":", 1)[1] in SECRET_KEYS)
+        if full.removeprefix(f"{PROJECT}:") in SECRET_KEYS:
+            secret[full] = value
+            plain.pop(full, None)
+        else:
+            plain[full] = override(full, value)
+            secret.pop(full, None)
         if full in placeholders:
             placeholders.remove(full)
-    role = config.get(f"{PROJECT}:stackRole")
     chart = f"{PROJECT}:nfsCsiChart"
-    if local_sources and role is not None and role.value == "prerequisites" and chart not in config:
-        config[chart] = auto.ConfigValue(str(sources.csi_driver_nfs_chart()))
-    return config, placeholders
+    if local_sources and plain.get(f"{PROJECT}:stackRole") == "prerequisites" and chart not in plain:
+        plain[chart] = str(sources.csi_driver_nfs_chart())
+    return RehearsalConfig(name, plain, secret, placeholders)
+
+
+def write_stack_file(work: Path, name: str, plain: dict[str, Any]) -> Path:
+    """The rehearsal project's `Pulumi.<name>.yaml`: `plain` as its whole config (a value left from an
+    earlier rehearsal goes), everything else the CLI wrote there (its encryption salt) kept."""
+    path = work / f"Pulumi.{name}.yaml"
+    current = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    path.write_text(yaml.safe_dump({**current, "config": plain}, sort_keys=False))
+    return path
+
+
+def engine_output(error: auto.CommandError) -> tuple[str, str, str]:
+    """The failed command's exit code, stdout and stderr, which the Automation API keeps only in the
+    error's text (`CommandResult.__str__`: code, stdout, stderr)."""
+    rest, _, stderr = str(error).rpartition("\n stderr: ")
+    code, _, stdout = rest.partition("\n stdout: ")
+    return code.partition(" code: ")[2].strip(), stdout.strip(), stderr.strip()
+
+
+def failure_line(command: str, stack: str, error: auto.CommandError) -> str:
+    """The one line after a failed command: the first `error:` line of its stderr (the CLI's own, such as
+    a config the project's types refuse), else of its output (the program's own comes first there, before
+    the engine's "program exited with non-zero exit code"), else its last line."""
+    code, stdout, stderr = engine_output(error)
+    said = [[line.strip() for line in text.splitlines() if line.strip()] for text in (stderr, stdout)]
+    errors = [line for lines in said for line in lines if line.startswith("error:")]
+    why = (errors[:1] or said[0][-1:] or [f"the CLI exited {code} without an error message"])[0]
+    return f"rehearse: `pulumi {command}` of {stack} failed: {why.removeprefix('error:').strip()}"
+
+
+def _outputs_reader(workspace: auto.Workspace) -> Callable[[str], dict[str, Any] | None]:
+    def read(name: str) -> dict[str, Any] | None:
+        try:
+            return dict(workspace.stack_outputs(name))
+        except auto.CommandError:
+            return None
+
+    return read
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def rehearse(state: State, config: RehearsalConfig, env: dict[str, str], up: bool = False) -> int:
+    """The stack's preview (and up) in the rehearsal project, after its prerequisites are found."""
+    work = project_dir(state.directory / "pulumi" / "project")
+    command = "stack select"
+    try:
+        stack = auto.create_or_select_stack(
+            stack_name=config.name,
+            work_dir=str(work),
+            opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+        )
+        write_stack_file(work, config.name, config.plain)
+        missing = missing_prerequisites(
+            config.values(), set(config.secrets), state.client(), _outputs_reader(stack.workspace)
+        )
+        for line in missing:
+            _stderr(f"rehearse: missing: {line}")
+        fix = f"create them (KUBECONFIG={state.kubeconfig} kubectl ...) or rehearse the stack that makes them"
+        if missing and up:
+            _stderr(
+                f"rehearse: no `pulumi up` of {config.name}: it expects {len(missing)} thing(s) the cluster "
+                f"lacks (above), which it would wait for or fail on: {fix}"
+            )
+            return EXIT_MISSING
+        command = "config set"
+        if config.secrets:
+            stack.set_all_config(
+                {key: auto.ConfigValue(value, secret=True) for key, value in config.secrets.items()}
+            )
+        command = "preview"
+        stack.preview(on_output=print, on_error=_stderr)
+        if missing:
+            _stderr(
+                f"rehearse: the preview passed; `--up` would stop on the {len(missing)} thing(s) above: {fix}"
+            )
+        if up:
+            command = "up"
+            stack.up(on_output=print, on_error=_stderr, show_secrets=False)
+    except auto.CommandError as error:
+        if command not in ("preview", "up"):  # not streamed: the command's stderr is only in the error
+            _stderr(engine_output(error)[2])
+        _stderr(failure_line(command, config.name, error))
+        return EXIT_FAILED
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m infra.offline.realcluster.rehearse", description=__doc__.split("\n")[0]
+        prog="python -m infra.offline.realcluster.rehearse",
+        description=__doc__.split("\n")[0],
+        epilog=exit_codes_epilog(EXIT_CODE_MEANINGS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--stack", required=True, help="a stack of stacks/ (Pulumi.<name>.yaml)")
+    parser.add_argument(
+        "--stack",
+        required=True,
+        help="a stack of stacks/ (Pulumi.<name>.yaml), or the path of a stack file of yours",
+    )
     parser.add_argument("--up", action="store_true", help="run `pulumi up` after the preview")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="a config value (repeatable)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config value (repeatable); a list key takes [a, b]",
     )
     parser.add_argument(
         "--local-sources",
@@ -169,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_NOT_RUNNING
     try:
-        config, placeholders = rehearsal_config(args.stack, args.set, args.local_sources)
+        config = rehearsal_config(args.stack, args.set, args.local_sources)
         env = environment(state)
     except (StackNotFound, ValueError, ClusterError) as error:
         print(f"rehearse: {error}", file=sys.stderr)
@@ -177,27 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as error:
         print(error, file=sys.stderr)
         return error.code
-    if placeholders:
-        names = ", ".join(placeholders)
+    if config.placeholders:
+        names = ", ".join(config.placeholders)
         print(f"rehearse: encrypted values replaced by placeholders: {names} (give one with --set)")
-    work = project_dir(state.directory / "pulumi" / "project")
-    stack = auto.create_or_select_stack(
-        stack_name=args.stack,
-        work_dir=str(work),
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
-    )
-    stack.set_all_config(config)
-    try:
-        stack.preview(on_output=print)
-        if args.up:
-            stack.up(on_output=print, show_secrets=False)
-    except auto.CommandError:
-        print(
-            f"rehearse: `pulumi {'up' if args.up else 'preview'}` of {args.stack} failed (see above)",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    return 0
+    return rehearse(state, config, env, up=args.up)
 
 
 if __name__ == "__main__":

@@ -62,6 +62,13 @@ COMMANDS = (
         "The local cluster tool (`make cluster-up`, `make cluster-down`).",
     ),
     Command(
+        "Rehearse",
+        "python -m infra.offline.realcluster.rehearse",
+        "infra.offline.realcluster.rehearse",
+        "EXIT_CODE_MEANINGS",
+        "A real preview and up of a stack against the local cluster (`make rehearse`).",
+    ),
+    Command(
         "Real node",
         "python -m infra.offline.realcluster.node",
         "infra.offline.realcluster.node.__main__",
