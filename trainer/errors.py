@@ -10,6 +10,9 @@ code  meaning
 2     bad flags or usage (argparse's code; also an unexpanded ``$(VAR)``)
 3     training data missing or corrupt (files absent, bad checksum, bad IDX)
 4     S3 credentials missing or rejected
+5     the checkpoint or output directory cannot be written by this process
+      (checked before any training: a volume whose owner or mode the pod's
+      uid/gid cannot write, or one mounted read-only)
 143   stopped by SIGTERM (a preemption, a deleted pod): the ranks agreed on a
       step, rank 0 checkpointed it, every rank exited (143 where SIGTERM was
       received, 201 on the job's other pods); a restart resumes at
@@ -54,6 +57,7 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2
 EXIT_DATA = 3
 EXIT_S3_CREDENTIALS = 4
+EXIT_OUTPUT = 5
 # SIGTERM's 128 + 15, kept when the trainer handles it (trainer.preempt): retryable, as the signal is.
 EXIT_PREEMPTED = 143
 # >= 128 so that the training operator retries it, and outside what a signal gives: a shell and
@@ -67,7 +71,7 @@ EXIT_EXPORT = 207
 
 # The lowest retryable code: the training operator's ExitCode rule, and ours for every job kind.
 RETRYABLE_FROM = 128
-BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS)
+BAD_INPUT_EXIT_CODES = (EXIT_USAGE, EXIT_DATA, EXIT_S3_CREDENTIALS, EXIT_OUTPUT)
 # Every code a retry cannot fix: what a podFailurePolicy fails the Job on (an explicit list: the
 # Job API has no range operator; 127 values, within its limit of 255).
 PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
@@ -99,6 +103,7 @@ EXIT_CODE_MEANINGS: dict[int, str] = {
     EXIT_USAGE: "bad flags",
     EXIT_DATA: "data missing or corrupt",
     EXIT_S3_CREDENTIALS: "S3 credentials missing or rejected",
+    EXIT_OUTPUT: "checkpoint or output directory not writable",
     EXIT_PREEMPTED: "SIGTERM: stopped at a checkpointed step; retryable",
     EXIT_PEER_LOST: "peer lost: another rank died or hung; retryable",
     EXIT_STOPPED_WITH_PEERS: "stopped with the job (another pod got SIGTERM); retryable",
@@ -132,6 +137,13 @@ class DataError(TrainerError):
 
     exit_code = EXIT_DATA
     topic = "data"
+
+
+class OutputError(TrainerError):
+    """The checkpoint or output directory cannot be written (found before any training)."""
+
+    exit_code = EXIT_OUTPUT
+    topic = "output"
 
 
 class S3CredentialsError(TrainerError):

@@ -47,3 +47,16 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def writable_dir(directory: Path) -> OSError | None:
+    """Create ``directory`` (and its parents) and write and remove a file in it: the error that stops
+    either, or None when this process can write there."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(dir=directory, prefix=".writable.", suffix=".tmp")
+        os.close(handle)
+        os.unlink(name)
+    except OSError as error:
+        return error
+    return None

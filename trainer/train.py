@@ -19,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer import checkpoint, dist, engine, peers, preempt
 from trainer.cli import TrainConfig
 from trainer.data import MnistTensors, load_mnist
-from trainer.errors import PeerLostError, PreemptedError, StoppedWithPeersError, write_line
+from trainer.errors import OutputError, PeerLostError, PreemptedError, StoppedWithPeersError, write_line
+from trainer.fsio import writable_dir
 from trainer.metrics import (
     LINEAGE_FILE,
     METRICS_FILE,
@@ -102,6 +103,8 @@ def setup(config: TrainConfig, started: float) -> Run:
     the ``imports`` phase is the time to import torch and the trainer."""
     clock = Stopwatch.since(started, "imports")
     env = dist.dist_env_from(os.environ)
+    if env.is_main:
+        check_writable(config.checkpoint_dir, config.output_dir)
     cuda = torch.cuda.is_available()
     backend = dist.choose_backend(config.backend, cuda)
     device = dist.choose_device(env, cuda)
@@ -130,6 +133,18 @@ def setup(config: TrainConfig, started: float) -> Run:
     return Run(
         config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started, clock
     )
+
+
+def check_writable(*directories: Path) -> None:
+    """Fail before any training, not at the first checkpoint, when rank 0 cannot write where it must."""
+    for directory in dict.fromkeys(directories):
+        error = writable_dir(directory)
+        if error is not None:
+            raise OutputError(
+                f"cannot write {directory}: {error.strerror or error}; it must be writable by uid "
+                f"{os.getuid()} gid {os.getgid()} (the volume's owner or mode, or the pod's fsGroup "
+                "where its volume type applies one)"
+            )
 
 
 def describe(run: Run) -> str:

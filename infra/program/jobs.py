@@ -44,6 +44,10 @@ class JobInputs:
 
 
 DONE_CONDITION = {"PyTorchJob": "Succeeded", "Job": "Complete", "TrainJob": "Complete"}
+# A batch/v1 Job that has failed says so first with FailureTarget, then Failed only once every pod has
+# ended (kubernetes v1.33.13 `pkg/controller/job/job_controller.go`: newFailureCondition and
+# delayTerminalCondition; the other pods' grace period can take a minute). Either ends the wait.
+FAILED_CONDITIONS = {"PyTorchJob": ("Failed",), "Job": ("Failed", "FailureTarget"), "TrainJob": ("Failed",)}
 
 
 def wait_annotations(kind: str, timeout_seconds: int) -> dict[str, str]:
@@ -51,15 +55,12 @@ def wait_annotations(kind: str, timeout_seconds: int) -> dict[str, str]:
 
     pulumi-kubernetes's `pulumi.com/waitFor` can only end a wait successfully (a Failed condition never
     fails it; it would run to the timeout). So the wait ends on whichever of the success condition
-    and `Failed` turns True first (one JSONPath filter; a JSON list of expressions would mean all of
-    them), and `failure_gate` then fails `pulumi up` when it was `Failed`.
+    and a failure (FAILED_CONDITIONS) turns True first (one JSONPath filter; a JSON list of expressions
+    would mean all of them), and `failure_gate` then fails `pulumi up` when it was a failure.
     """
-    done = DONE_CONDITION[kind]
+    types = " || ".join(f"@.type=='{t}'" for t in (DONE_CONDITION[kind], *FAILED_CONDITIONS[kind]))
     return {
-        "pulumi.com/waitFor": (
-            "jsonpath={.status.conditions[?(@.status=='True' && "
-            f"(@.type=='{done}' || @.type=='Failed'))].type}}"
-        ),
+        "pulumi.com/waitFor": f"jsonpath={{.status.conditions[?(@.status=='True' && ({types}))].type}}",
         "pulumi.com/timeoutSeconds": str(timeout_seconds),
     }
 
@@ -106,7 +107,7 @@ def job_outcome(status: Any, kind: str, name: str, logs: str) -> str:
     for condition in _field(status, "conditions") or []:
         if _field(condition, "status") != "True":
             continue
-        if _field(condition, "type") == "Failed":
+        if _field(condition, "type") in FAILED_CONDITIONS[kind]:
             reason, message = _field(condition, "reason") or "", _field(condition, "message") or ""
             raise pulumi.RunError(
                 f"{kind} {name} failed ({reason}): {message}".rstrip(": ") + f"; its pods' logs: {logs}"

@@ -459,3 +459,25 @@ def test_workers_refused_at_admission_beside_a_running_master_fail_with_the_oper
     assert (
         diagnose(Snapshot("PyTorchJob", "mnist-r1", NS, job(), [master], expected_pods=2), NOW, 300) is None
     )
+
+
+def test_a_job_fails_the_wait_at_its_failure_target_before_its_other_pods_have_ended():
+    """Kubernetes 1.33's Job controller says FailureTarget as soon as a podFailurePolicy rule fails the
+    Job, and Failed only once every pod ended: the real node tier waited a peer's grace period (about
+    40 s) for it. The wait ends at the first, with the controller's message."""
+    from infra.program.jobs import job_outcome, wait_annotations
+
+    logs = "kubectl -n ns logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
+    message = "Container pytorch for pod ns/mnist-r1-0-abcde failed with exit code 5 matching FailJob rule"
+    deciding = {
+        "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "PodFailurePolicy", "message": message}
+        ]
+    }
+    with pytest.raises(pulumi.RunError) as raised:
+        job_outcome(deciding, "Job", "mnist-r1", logs)
+    assert str(raised.value) == f"Job mnist-r1 failed (PodFailurePolicy): {message}; its pods' logs: {logs}"
+    assert "@.type=='FailureTarget'" in wait_annotations("Job", 60)["pulumi.com/waitFor"]
+    # Only a batch/v1 Job has that condition; the operators' kinds end on Failed alone.
+    assert "FailureTarget" not in wait_annotations("PyTorchJob", 60)["pulumi.com/waitFor"]
+    assert job_outcome(deciding, "PyTorchJob", "mnist-r1", logs) == "unknown (not awaited)"

@@ -120,7 +120,8 @@ def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None
     defined = {
         value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)
     }
-    assert [int(code) for code in meanings] == sorted(defined) == [*range(5), 143, 200, 201, 205, 206, 207]
+    assert [int(code) for code in meanings] == sorted(defined) == [*range(6), 143, 200, 201, 205, 206, 207]
+    assert meanings["5"] == "checkpoint or output directory not writable"
     assert meanings["201"] == "stopped with the job (another pod got SIGTERM); retryable"
     assert meanings["143"] == "SIGTERM: stopped at a checkpointed step; retryable"
     assert meanings["206"] == "master unreachable (python -m trainer.launch); retryable"

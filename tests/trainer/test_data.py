@@ -96,3 +96,17 @@ def test_seed_directory_then_train_reads_it(procs: Any, mnist_gz_dir: Path, tmp_
     )
     data = load_mnist(tmp_path / "root", torch.device("cpu"), train_limit=10)
     assert data.train_y.tolist() == [5, 0, 4, 1, 9, 2, 1, 3, 1, 4]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_dir_it_cannot_write_fails_before_loading_the_data(procs: Any, tmp_path: Path) -> None:
+    """Rank 0 checks where it will write before anything else (the real node tier's read-only volume
+    trained a whole epoch and then died with a traceback, exit 1). A file in the directory's place
+    stops even root, as a volume the pod's uid cannot write stops the trainer."""
+    blocker = tmp_path / "checkpoints"
+    blocker.write_text("a file where the volume's directory should be")
+    result = procs.run("trainer", [f"--data={tmp_path / 'no-data'}", f"--checkpoint-dir={blocker / 'run'}"])
+    assert result.returncode == 5, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"trainer: output: cannot write {blocker / 'run'}: "), line
+    assert line.endswith("where its volume type applies one)"), line
