@@ -11,6 +11,8 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -31,16 +33,35 @@ ENGINE_KEYS = (
 )
 
 
+# What the cluster needs on PATH, and why (the real node tier needs them too).
+TOOLS = (
+    ("go", "it builds the real parts"),
+    ("kubectl", "the tier reads live objects with it"),
+    ("openssl", "it makes the cluster's certificates"),
+    ("unshare", "each operator runs in a mount namespace of its own (util-linux)"),
+)
+
+
+@contextmanager
+def engine_env(state: cluster.State, home: Path) -> Iterator[None]:
+    """The real engine's environment against the cluster of `state` in this process, restored after."""
+    saved = {key: os.environ.get(key) for key in ENGINE_KEYS}
+    os.environ.update(engine_environment(state, home))
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Stop at once, with one line, when the tier cannot run (exit 4, before any collection)."""
     if not config.option.markexpr or "e2e_local" not in config.option.markexpr:
         return
-    for tool, why in (
-        ("go", "it builds the real parts"),
-        ("kubectl", "the tier reads live objects with it"),
-        ("openssl", "it makes the cluster's certificates"),
-        ("unshare", "each operator runs in a mount namespace of its own (util-linux)"),
-    ):
+    for tool, why in TOOLS:
         if shutil.which(tool) is None:
             raise pytest.UsageError(f"e2e-local: no {tool} on PATH ({why})")
     try:
@@ -53,18 +74,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.State]:
     state = cluster.State(tmp_path_factory.mktemp("cluster"))
     cluster.up(state)
-    saved = {key: os.environ.get(key) for key in ENGINE_KEYS}
-    os.environ.update(engine_environment(state, tmp_path_factory.mktemp("pulumi-home")))
     try:
-        yield state
+        with engine_env(state, tmp_path_factory.mktemp("pulumi-home")):
+            yield state
     finally:
         if not KEEP:
             cluster.down(state)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

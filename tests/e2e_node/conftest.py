@@ -24,12 +24,11 @@ from infra.offline.realcluster import build, cluster
 from infra.offline.realcluster.node import host
 from infra.offline.realcluster.node import node as real_node
 from infra.offline.realcluster.node.config import NODE_LABEL, NODE_TAINT
-from infra.offline.realcluster.rehearse import engine_environment
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config
 from tests.e2e_local import scenario
-from tests.e2e_local.conftest import ENGINE_KEYS
+from tests.e2e_local.conftest import TOOLS, engine_env
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT.parent / "shared" / "data" / "mnist"
@@ -44,7 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if os.geteuid() != 0:
         raise pytest.UsageError("e2e-node: run as root (the node installs packages and runs containers)")
-    for tool, why in (("go", "it builds the real parts"), ("kubectl", "the tier reads live objects")):
+    for tool, why in TOOLS:
         if shutil.which(tool) is None:
             raise pytest.UsageError(f"e2e-node: no {tool} on PATH ({why})")
     try:
@@ -59,22 +58,16 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.S
     """The local cluster with its real node Ready (and CoreDNS serving), the engine's environment set."""
     state = cluster.State(tmp_path_factory.mktemp("cluster"))
     cluster.up(state)
-    saved = {key: os.environ.get(key) for key in ENGINE_KEYS}
     try:
         real_node.up(state)
-        os.environ.update(engine_environment(state, tmp_path_factory.mktemp("pulumi-home")))
-        yield state
+        with engine_env(state, tmp_path_factory.mktemp("pulumi-home")):
+            yield state
     finally:
         try:
             left = real_node.down(state, check=False)
         finally:
             cluster.down(state)
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-        assert not left, f"the node's teardown left {left}"
+    assert not left, f"the node's teardown left {left}"
 
 
 @pytest.fixture(scope="session")

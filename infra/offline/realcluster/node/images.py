@@ -205,8 +205,9 @@ def _pins() -> list[str]:
 
 
 def _base_rootfs(rootfs: Path, pip_cache: Path, say: Callable[[str], None]) -> None:
-    """Debian with Python, and torch and numpy at our pins in /opt/venv (pip's cache kept beside the
-    images through a bind mount, so a rebuild of the base fetches no wheel again)."""
+    """Debian with Python, and torch and numpy at our pins in /opt/venv. pip's cache is kept beside the
+    images (`pip_cache`, on the same filesystem) and moved into the chroot for the install and back, so
+    nothing is mounted and nothing of the cache is deleted with the chroot."""
     say(f"images: debootstrap {SUITE} (minbase, {', '.join(BASE_PACKAGES)})")
     _run(
         [
@@ -225,9 +226,9 @@ def _base_rootfs(rootfs: Path, pip_cache: Path, say: Callable[[str], None]) -> N
     if HOST_CA_BUNDLE.is_file():
         shutil.copy2(HOST_CA_BUNDLE, rootfs / HOST_CA_BUNDLE.relative_to("/"))
     cache = rootfs / "root" / ".cache" / "pip"
-    cache.mkdir(parents=True, exist_ok=True)
+    cache.parent.mkdir(parents=True, exist_ok=True)
     pip_cache.mkdir(parents=True, exist_ok=True)
-    _run(["mount", "--bind", str(pip_cache), str(cache)], "bind pip's cache")
+    pip_cache.rename(cache)
     try:
         pins = _pins()
         say(f"images: pip install {' '.join(pins)} into the base")
@@ -238,14 +239,14 @@ def _base_rootfs(rootfs: Path, pip_cache: Path, say: Callable[[str], None]) -> N
                 **os.environ,
                 "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                 "HOME": "/root",
+                "PIP_CACHE_DIR": "/root/.cache/pip",
                 "PIP_CERT": str(HOST_CA_BUNDLE),
             },
         )
     finally:
-        subprocess.run(["umount", str(cache)], capture_output=True, check=False)
+        cache.rename(pip_cache)
     (rootfs / "etc" / "resolv.conf").write_text("")
     shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
-    shutil.rmtree(cache, ignore_errors=True)
 
 
 def _import_rootfs(docker: Docker, rootfs: Path, ref: str, changes: list[str]) -> None:
