@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import pytest
 from infra.offline.realcluster import build, cluster
 from infra.offline.realcluster.node import host
 from infra.offline.realcluster.node import node as real_node
-from infra.offline.realcluster.node.config import NODE_LABEL, NODE_TAINT
+from infra.offline.realcluster.node.config import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config
@@ -177,3 +178,20 @@ def show_logs(namespace: str) -> None:
         )
     except (RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"no logs from {namespace}: {error}")
+
+
+INDEX = "batch.kubernetes.io/job-completion-index"
+ACCURACY = re.compile(r"test_acc=(\d+\.\d+)%")
+
+
+def final_accuracy_on_the_node(namespace: str) -> float:
+    """The last test accuracy rank 0 logged (read through the kubelet), once both of the job's pods
+    ran on the real node and succeeded."""
+    pods = live.items("pods", namespace, INDEX)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == [NODE_NAME, NODE_NAME]
+    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+    rank0 = next(p for p in pods if p["metadata"]["labels"][INDEX] == "0")
+    logs = live.kubectl("logs", "-n", namespace, rank0["metadata"]["name"])
+    accuracies = [float(a) for a in ACCURACY.findall(logs)]
+    assert accuracies, logs[-3000:]
+    return accuracies[-1]

@@ -7,25 +7,21 @@ Job's two pods run our trainer image on the real node: the torch plugin's PET_MA
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster.node.config import NODE_NAME
 from tests.e2e import judge, live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario
-from tests.e2e_node.conftest import node_job_config, show_logs
+from tests.e2e_node.conftest import final_accuracy_on_the_node, node_job_config, show_logs
 
 pytestmark = pytest.mark.e2e_node
 
 NAMESPACE = "node-trainjob"
 JOB = "mnist-r1"
-INDEX = "batch.kubernetes.io/job-completion-index"
-ACCURACY = re.compile(r"test_acc=(\d+\.\d+)%")
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +53,7 @@ def test_a_trainjob_trains_to_99_percent_on_the_real_node(
         outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
         assert outputs["jobOutcome"] == "Complete", outputs
         assert judge.job_condition(live.get("trainjob", JOB, NAMESPACE)) == "Complete"
-        pods = live.items("pods", NAMESPACE, INDEX)
-        assert sorted(p["spec"]["nodeName"] for p in pods) == [NODE_NAME, NODE_NAME]
-        assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
-        main = next(p for p in pods if p["metadata"]["labels"][INDEX] == "0")
-        logs = live.kubectl("logs", "-n", NAMESPACE, main["metadata"]["name"])
-        accuracies = [float(a) for a in ACCURACY.findall(logs)]
-        assert accuracies and accuracies[-1] >= 99.0, logs[-3000:]
+        assert final_accuracy_on_the_node(NAMESPACE) >= 99.0
     finally:
         show_logs(NAMESPACE)
         scenario.destroy(stack, NAMESPACE)
