@@ -9,6 +9,8 @@ before the `dev` stack's first `pulumi up`.
   annotation), and the policy pack's `privilegedNamespaces` names it.
 - csi-driver-nfs from its Helm chart (`nfsCsiChart`, upstream's v4.11.0 by default) in kube-system: the
   provisioner `nfs.csi.k8s.io` of the dev stack's RWX StorageClass.
+  Both only with `prerequisitesStorage: nfs` (the default); `none` is for a cluster that already has a
+  ReadWriteMany StorageClass.
 - MinIO, `minio/minio` on port 9000, Pod Security 'restricted', its root user and password the stack's
   secret minioAccessKey/minioSecretKey (a Secret whose data is a Pulumi secret, read by the pods
   through secretKeyRef: the same pair the dev stack then sets), and a Job that fills
@@ -341,18 +343,24 @@ def nfs_csi_chart(settings: Settings) -> str:
 
 def build_prerequisites(settings: Settings, credentials: S3Credentials) -> dict[str, pulumi.Input[object]]:
     """Registers the prerequisites; returns the stack outputs: the addresses the job stacks name (no
-    secret among them) and the fill Job's outcome (awaited)."""
-    NfsServer("nfs-server", settings)
-    chart = nfs_csi_chart(settings)
-    k8s.helm.v4.Chart("csi-driver-nfs", chart=chart, namespace=CSI_NAMESPACE, values=NFS_CSI_VALUES)
+    secret among them; the NFS ones only with `prerequisitesStorage: nfs`) and the fill Job's outcome
+    (awaited)."""
+    storage: dict[str, pulumi.Input[object]] = {}
+    if settings.prerequisites_storage == "nfs":
+        NfsServer("nfs-server", settings)
+        chart = nfs_csi_chart(settings)
+        k8s.helm.v4.Chart("csi-driver-nfs", chart=chart, namespace=CSI_NAMESPACE, values=NFS_CSI_VALUES)
+        storage = {
+            "nfsServer": NFS_SERVER_HOST,
+            "nfsShare": NFS_SHARE,
+            "storageProvisioner": PROVISIONER,
+            "nfsCsiChart": chart,
+        }
     store = ObjectStore("minio", settings, credentials)
     fill = BucketFill("mnist-bucket", settings, store)
     return {
         "stackRole": settings.stack_role,
-        "nfsServer": NFS_SERVER_HOST,
-        "nfsShare": NFS_SHARE,
-        "storageProvisioner": PROVISIONER,
-        "nfsCsiChart": chart,
+        **storage,
         "minioEndpoint": MINIO_ENDPOINT,
         "minioTls": False,
         "mnistBucket": f"s3://{settings.minio_bucket}/{settings.minio_prefix}".rstrip("/"),

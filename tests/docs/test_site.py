@@ -108,6 +108,8 @@ def command_problem(argv: list[str]) -> str | None:
     while argv and re.fullmatch(r"[A-Z_]+=\S*", argv[0]):  # VAR=value before the command
         argv = argv[1:]
     tool = argv[0]
+    if tool == "export" and all(re.fullmatch(r"[A-Z_]+=.*", a) for a in argv[1:]):
+        return None  # a shell variable the reader sets: `export NAME=value`
     if tool == "make":
         targets = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
         unknown = set(targets) - make_targets()

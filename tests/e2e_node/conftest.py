@@ -16,13 +16,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from infra.offline.realcluster import build, cluster
-from infra.offline.realcluster.node import host
+from infra.offline.realcluster.node import host, mirror
 from infra.offline.realcluster.node import node as real_node
 from infra.offline.realcluster.node.config import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.e2e import live
@@ -75,6 +76,39 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.S
 def node_images(node_cluster: cluster.State) -> dict[str, str]:
     """The images the node has loaded: name -> digest reference (pause, coredns, trainer)."""
     return real_node.loaded_images(node_cluster)
+
+
+@pytest.fixture(scope="session")
+def mnist_mirror(node_cluster: cluster.State) -> Iterator[str]:
+    """The HTTPS mirror of `../shared` MNIST on the node's address (node/mirror.py): its base URL."""
+    with mirror.serving(MNIST, real_node.dirs_of(node_cluster).cache) as url:
+        yield url
+
+
+# Namespaces placed on the real node as a platform team places one on a node pool: the API server's
+# PodNodeSelector and PodTolerationRestriction admission plugins give every pod created in it the node's
+# selector and a toleration of its taint, so a stack deployed there needs no placement keys.
+PLACED = {
+    "scheduler.alpha.kubernetes.io/node-selector": f"{NODE_LABEL[0]}={NODE_LABEL[1]}",
+    "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(
+        [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}]
+    ),
+}
+
+
+def place_on_the_node(namespace: str) -> None:
+    """Create `namespace` with the annotations that place its pods on the real node (a stack that
+    creates it then adopts it: the provider's create is a server-side apply)."""
+    deadline = time.monotonic() + 300
+    while live.exists("namespace", namespace):  # an earlier scenario's, still terminating
+        assert time.monotonic() < deadline, f"namespace {namespace} still terminating after 300 s"
+        time.sleep(2)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "annotations": PLACED},
+    }
+    live.kubectl("apply", "--server-side", "--field-manager=cluster-admin", "-f", "-", stdin=json.dumps(body))
 
 
 @pytest.fixture(scope="session")

@@ -133,6 +133,21 @@ def test_the_outputs_are_what_the_dev_stack_names_and_no_secret():
     assert shipped["mnistBucket"] == f"s3://{bucket}/{prefix}"
 
 
+def test_with_storage_none_the_stack_installs_minio_and_its_mnist_alone():
+    """For a cluster with a ReadWriteMany class of its own: no NFS server, no CSI driver, no NFS outputs."""
+    rendering = _render({"prerequisitesStorage": "none"})
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in rendering.objects}
+    assert ("Deployment", "minio") in kinds and ("Job", "minio-mnist") in kinds
+    assert not [name for kind, name in kinds if "nfs" in name]
+    assert [r for r in rendering.registrations if r.type == "kubernetes:helm.sh/v4:Chart"] == []
+    assert {k for k in rendering.outputs if k != "bucketFillOutcome"} == {
+        "stackRole",
+        "minioEndpoint",
+        "minioTls",
+        "mnistBucket",
+    }
+
+
 def test_the_keys_never_leave_the_secret_and_stay_pulumi_secrets():
     mocks = RecordingMocks()
     rendering = _render(mocks=mocks)
@@ -216,6 +231,11 @@ BAD = [
         "config ddp-mnist:nfsCsiChart=http://charts.example/csi-driver-nfs-4.11.0.tgz is invalid: must be a "
         "local chart directory or .tgz (/..., ./..., ../...) or an https URL of the chart archive (empty: "
         "upstream's chart)",
+    ),
+    (
+        {"prerequisitesStorage": "efs"},
+        KEYS,
+        "config ddp-mnist:prerequisitesStorage=efs is invalid: must be one of 'nfs' or 'none'",
     ),
     (
         {"nfsServerImage": "itsthenetwork/nfs-server-alpine:latest"},

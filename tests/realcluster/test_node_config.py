@@ -5,15 +5,22 @@ shows the node running with them."""
 from __future__ import annotations
 
 import ipaddress
+import json
+import ssl
 import tomllib
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
-from infra.offline.realcluster import components
-from infra.offline.realcluster.node import addons, images
+from infra.offline.local.ports import free_port
+from infra.offline.realcluster import cluster, components, pki
+from infra.offline.realcluster.node import addons, images, mirror, storage
 from infra.offline.realcluster.node.config import (
     NODE_IP,
+    NODE_LABEL,
     PAUSE_IMAGE,
     POD_SUBNET,
     NodeDirs,
@@ -81,7 +88,7 @@ def test_coredns_listens_on_the_node_address_and_forwards_nothing():
 
 def test_the_node_parts_are_built_only_for_the_node_tier():
     node = set(tier_parts("node"))
-    assert node == {"kubernetes-node", "cri-tools", "coredns"}
+    assert node == {"kubernetes-node", "cri-tools", "coredns", "local-path-provisioner", "minio"}
     assert not node & set(tier_parts("cluster"))
     # The kubelet and kube-proxy come from the control plane's wrapper: one Kubernetes pin.
     assert PARTS["kubernetes-node"].directory == PARTS["kubernetes"].directory
@@ -103,3 +110,61 @@ def test_the_trainer_images_key_follows_the_dockerfile_and_the_trainer_but_not_b
     assert images.trainer_key("base:2") != key
     (tmp_path / "trainer" / "train.py").write_text("b")
     assert images.trainer_key("base:1") != key
+
+
+def test_the_base_key_follows_the_ca_it_adds():
+    assert images.base_key(b"ca-1") == images.base_key(b"ca-1")
+    assert images.base_key(b"ca-1") != images.base_key(b"ca-2")
+
+
+@pytest.mark.parametrize(
+    ("ref", "repo"),
+    [
+        ("ddp-mnist.local/trainer:0123abcd", "ddp-mnist.local/trainer"),
+        ("ddp-mnist.local/trainer@sha256:" + "a" * 64, "ddp-mnist.local/trainer"),
+        ("registry.local:5000/tools", "registry.local:5000/tools"),
+        ("registry.local:5000/tools:1", "registry.local:5000/tools"),
+    ],
+)
+def test_an_images_repository_is_read_from_a_tag_or_a_digest_reference(ref, repo):
+    assert images._repo(ref) == repo
+
+
+def test_the_provisioner_makes_shared_directories_on_the_real_node_alone(tmp_path):
+    state = cluster.State(tmp_path / "cluster")
+    pki.make(state.pki, "10.96.0.1")
+    state.write({"server": "https://127.0.0.1:6443"})
+    made = storage.objects(state, "lpp@sha256:1", "tools@sha256:2", tmp_path / "volumes")
+    objects = {obj["kind"]: obj for _, obj in made}
+    config = objects["ConfigMap"]["data"]
+    assert json.loads(config["config.json"]) == {"sharedFileSystemPath": str(tmp_path / "volumes")}
+    helper = yaml.safe_load(config["helperPod.yaml"])["spec"]
+    # The provisioner tolerates every taint on its helper pods: the selector keeps them off KWOK's nodes.
+    assert helper["nodeSelector"] == {NODE_LABEL[0]: NODE_LABEL[1]}
+    assert helper["containers"][0]["image"] == "tools@sha256:2"
+    assert objects["StorageClass"]["provisioner"] == storage.PROVISIONER
+    assert objects["StorageClass"]["volumeBindingMode"] == "Immediate"
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] and pod["securityContext"]["runAsNonRoot"]
+    assert "--kubeconfig=/etc/local-path/kubeconfig" in pod["containers"][0]["args"]
+
+
+def test_the_mirror_serves_the_four_files_over_tls_its_ca_verifies(tmp_path, monkeypatch):
+    monkeypatch.setattr(mirror, "NODE_IP", "127.0.0.1")
+    monkeypatch.setattr(mirror, "PORT", free_port())
+    mnist = tmp_path / "mnist"
+    mnist.mkdir()
+    for name in mirror.FILES:
+        (mnist / name).write_bytes(name.encode())
+    (mnist / "secret.txt").write_text("not served")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with mirror.serving(mnist, cache) as url:
+        context = ssl.create_default_context(cafile=str(mirror.ca_certificate(cache)))
+        body = urllib.request.urlopen(url + mirror.FILES[0], context=context, timeout=10).read()
+        assert body == mirror.FILES[0].encode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "secret.txt", context=context, timeout=10)
+        assert refused.value.code == 404
+        with pytest.raises(urllib.error.URLError):  # a client that does not trust the tier's CA
+            urllib.request.urlopen(url + mirror.FILES[0], context=ssl.create_default_context(), timeout=10)

@@ -123,6 +123,10 @@ def kube_apiserver(binary: Path, pki: Path, etcd_port: int, port: int, egress: P
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--authorization-mode=RBAC",
+        # Namespaces placed on a node pool by annotation, as platform teams do: the real node's
+        # scenarios put a stack's namespace on that node (tests/e2e_node). Without the annotations
+        # (scheduler.alpha.kubernetes.io/node-selector, .../defaultTolerations) both do nothing.
+        "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
         "--allow-privileged=true",
         f"--egress-selector-config-file={egress}",
         # Logs and exec on the real node (node/): the API server reaches its kubelet at the node's

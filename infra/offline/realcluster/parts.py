@@ -133,6 +133,17 @@ PARTS: dict[str, Part] = {
         ),
         # The cluster DNS of the real node, run there as a pod (node/addons.py).
         Part("coredns", {"coredns": "github.com/coredns/coredns"}, tier="node"),
+        # The real node's ReadWriteMany claims: volumes as directories under one host path (node/addons.py).
+        Part(
+            "local-path-provisioner",
+            {"local-path-provisioner": "github.com/rancher/local-path-provisioner"},
+            ldflags=("-X main.VERSION=v0.0.30",),
+            tier="node",
+        ),
+        # The prerequisites stack's MinIO, run on the real node from an image of this binary. The module
+        # proxy refuses the release the stack pins (RELEASE.2025-09-07T16-13-09Z); this is the nearest
+        # commit it serves (parts/minio/go.mod).
+        Part("minio", {"minio": "github.com/minio/minio"}, tier="node"),
         Part("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
         Part(
             "training-operator",

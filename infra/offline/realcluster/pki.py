@@ -50,8 +50,8 @@ def _signed(pki: Path, name: str, subject: str, extensions: str) -> None:
     )
 
 
-def make(pki: Path, service_ip: str) -> None:
-    """Write ca.{key,crt}, apiserver.{key,crt}, admin.{key,crt} and sa.{key,pub} into `pki`."""
+def certificate_authority(pki: Path, common_name: str, days: int = 30) -> None:
+    """Write a self-signed CA, ca.{key,crt}, into `pki`."""
     pki.mkdir(parents=True, exist_ok=True)
     _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
     _openssl(
@@ -61,14 +61,30 @@ def make(pki: Path, service_ip: str) -> None:
         "-key",
         "ca.key",
         "-subj",
-        "/CN=ddp-mnist-local-ca",
+        f"/CN={common_name}",
         "-days",
-        "30",
+        str(days),
         "-sha256",
         "-out",
         "ca.crt",
         cwd=pki,
     )
+
+
+def server_certificate(pki: Path, name: str, ip: str) -> tuple[Path, Path]:
+    """A serving certificate and key for the address `ip`, signed by the CA in `pki`."""
+    _signed(
+        pki,
+        name,
+        f"/CN={name}",
+        f"subjectAltName=IP:{ip}\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n",
+    )
+    return pki / f"{name}.crt", pki / f"{name}.key"
+
+
+def make(pki: Path, service_ip: str) -> None:
+    """Write ca.{key,crt}, apiserver.{key,crt}, admin.{key,crt} and sa.{key,pub} into `pki`."""
+    certificate_authority(pki, "ddp-mnist-local-ca")
     names = ",".join(f"DNS:{n}" for n in API_SERVER_NAMES)
     _signed(
         pki,

@@ -4,7 +4,7 @@
   (an admission webhook) goes to the local process whose pod labels the Service selects, at the local
   port of the Service's target port; a call to a real node's kubelet (logs, exec) goes to it as is.
 - **Volume provisioner**: what a CSI driver's external-provisioner does for a claim of a StorageClass
-  whose provisioner is not the in-tree one: a PersistentVolume bound to the claim (after the scheduler
+  whose provisioner is neither the in-tree one nor the real node's: a PersistentVolume bound to the claim (after the scheduler
   picks a node when the class waits for the first consumer), deleted when released under `Delete`.
 - **cert-manager**: self-signed certificates and CA injection (certmanager.py).
 - **Operator pods**: the Deployments of the operators (the training operator, Kueue) run as local
@@ -23,12 +23,15 @@ from infra.offline.realcluster import certmanager
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.fleet import FAKE_NODE_ANNOTATION
 from infra.offline.realcluster.kube import ApiError, Client, Obj
+from infra.offline.realcluster.node.storage import PROVISIONER as REAL_NODE_PROVISIONER
 from infra.offline.realcluster.operators import STAND_INS
 from infra.offline.realcluster.standins import LocalPods, target_port
 
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
-IN_TREE = {"kubernetes.io/no-provisioner"}
+# Classes this stand-in leaves alone: the in-tree "no provisioner" (static volumes), and the real node's
+# provisioner, which runs for real there (node/storage.py).
+NOT_OURS = {"kubernetes.io/no-provisioner", REAL_NODE_PROVISIONER}
 
 
 class Supervisor:
@@ -107,7 +110,7 @@ class Supervisor:
             sc = classes.get(spec.get("storageClassName") or "")
             if spec.get("volumeName") or claim.get("status", {}).get("phase") != "Pending" or sc is None:
                 continue
-            if sc["provisioner"] in IN_TREE or meta.get("deletionTimestamp"):
+            if sc["provisioner"] in NOT_OURS or meta.get("deletionTimestamp"):
                 continue
             waits = sc.get("volumeBindingMode") == "WaitForFirstConsumer"
             if waits and SELECTED_NODE not in meta.get("annotations", {}):

@@ -3,6 +3,8 @@ MinIO with MNIST), and where their chart and images come from."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import field_validator
 
 from infra.program.settings.base import SettingsGroup, check_pinned_image, key
@@ -43,8 +45,17 @@ MINIO_IMAGE = (
 
 
 class PrerequisitesSettings(SettingsGroup):
-    """Where a prerequisites stack takes csi-driver-nfs's chart, the NFS server and MinIO from."""
+    """What a prerequisites stack installs for storage, and where it takes csi-driver-nfs's chart, the NFS
+    server and MinIO from."""
 
+    prerequisites_storage: Literal["nfs", "none"] = key(
+        "prerequisitesStorage",
+        "nfs",
+        "The RWX storage a prerequisites stack installs. nfs: an in-cluster NFS server and csi-driver-nfs "
+        "(the job stack then sets storageProvider nfs-csi, as stacks/Pulumi.dev.yaml). none: MinIO and its "
+        "MNIST only, for a cluster that already has a ReadWriteMany StorageClass (the job stack then sets "
+        "storageProvider existing and storageClassName to it).",
+    )
     nfs_csi_chart: str = key(
         "nfsCsiChart",
         "",

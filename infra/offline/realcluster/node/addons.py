@@ -82,9 +82,10 @@ def _rbac() -> list[tuple[str, Obj]]:
     ]
 
 
-def _kubeconfig_secret(state: State) -> Obj:
-    """CoreDNS's kubeconfig with its certificate inline (the pod reads no file of the host's)."""
-    crt, key = pki.client_certificate(state.pki, USER)
+def kubeconfig_secret(state: State, user: str, name: str, namespace: str) -> Obj:
+    """A Secret `name` holding a kubeconfig for `user` with its certificate inline (the pod reads no file
+    of the host's), for a pod on the node's network: the API server listens on 127.0.0.1 only."""
+    crt, key = pki.client_certificate(state.pki, user)
     config = components.kubeconfig(state.read()["server"], state.pki, (crt, key))
     config["clusters"][0]["cluster"] = {
         "server": state.read()["server"],
@@ -97,7 +98,7 @@ def _kubeconfig_secret(state: State) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": f"{NAME}-kubeconfig", "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "type": "Opaque",
         "stringData": {"kubeconfig": yaml.safe_dump(config)},
     }
@@ -199,7 +200,7 @@ def objects(state: State, image: str) -> list[tuple[str, Obj]]:
     return [
         *_rbac(),
         (f"{ns}/configmaps", config_map),
-        (f"{ns}/secrets", _kubeconfig_secret(state)),
+        (f"{ns}/secrets", kubeconfig_secret(state, USER, f"{NAME}-kubeconfig", NAMESPACE)),
         (f"{ns}/services", _service()),
         (f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments", _deployment(image)),
     ]

@@ -5,7 +5,11 @@ docker-image` would: no pod pulls anything (their pull policy is IfNotPresent an
   (what upstream's `build/pause/linux/pause.c` does), as a one-file image.
 - **trainer base**: Debian bookworm (debootstrap from the machine's configured mirror) with Python and
   torch at the project's pin from PyPI in `/opt/venv`, in place of the Dockerfile's upstream base
-  (pytorch/pytorch, whose registry is not reachable here).
+  (pytorch/pytorch, whose registry is not reachable here). Its CA bundle is this machine's plus the
+  tier's mirror CA (mirror.py), as an organisation's base image carries its own CA.
+- **tools**: Debian bookworm's minimal system (sh, coreutils, getent), run as root: the training
+  operator's init container (`operatorInitContainerImage`, which waits with `getent` for the master's
+  name) and the volume provisioner's helper pods (mkdir and rm of a volume's directory).
 - **trainer**: **our Dockerfile**, built by docker with only `BASE_IMAGE` set to that base: every step
   above the base is the one users build.
 
@@ -36,7 +40,8 @@ DOCKER = "/usr/bin/docker"  # Debian's client, the daemon's version
 NAMESPACE = "k8s.io"  # containerd's namespace for the CRI's images
 BASE_REPO = "ddp-mnist.local/trainer-base"
 TRAINER_REPO = "ddp-mnist.local/trainer"
-BASE_RECIPE = "2"
+TOOLS_REPO = "ddp-mnist.local/tools"
+BASE_RECIPE = "3"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
@@ -96,11 +101,11 @@ def _pycache(path: Path) -> bool:
     return "__pycache__" in path.parts or path.suffix == ".pyc"
 
 
-def base_key() -> str:
-    """What decides the base: its recipe (suite, packages, the venv, how its layer is made) and the
-    torch and numpy pins. Change BASE_RECIPE when `_base_rootfs` changes what it makes."""
+def base_key(extra_ca: bytes) -> str:
+    """What decides the base: its recipe (suite, packages, the venv, how its layer is made), the torch
+    and numpy pins and the CA it adds. Change BASE_RECIPE when `_base_rootfs` changes what it makes."""
     recipe = [BASE_RECIPE, SUITE, *BASE_PACKAGES, VENV, PATH_ENV, *_pins()]
-    return digest_of(" ".join(recipe).encode())
+    return digest_of(" ".join(recipe).encode(), extra_ca)
 
 
 def trainer_key(base_ref: str) -> str:
@@ -204,27 +209,28 @@ def _pins() -> list[str]:
     return [torch.group(1), numpy.group(1)]
 
 
-def _base_rootfs(rootfs: Path, pip_cache: Path, say: Callable[[str], None]) -> None:
+def _debootstrap(rootfs: Path, packages: tuple[str, ...], say: Callable[[str], None]) -> None:
+    say(f"images: debootstrap {SUITE} (minbase{''.join(', ' + p for p in packages)})")
+    include = [f"--include={','.join(packages)}"] if packages else []
+    _run(
+        ["debootstrap", "--variant=minbase", *include, SUITE, str(rootfs), _apt_mirror()],
+        "debootstrap",
+    )
+
+
+def _base_rootfs(rootfs: Path, pip_cache: Path, extra_ca: bytes, say: Callable[[str], None]) -> None:
     """Debian with Python, and torch and numpy at our pins in /opt/venv. pip's cache is kept beside the
     images (`pip_cache`, on the same filesystem) and moved into the chroot for the install and back, so
     nothing is mounted and nothing of the cache is deleted with the chroot."""
-    say(f"images: debootstrap {SUITE} (minbase, {', '.join(BASE_PACKAGES)})")
-    _run(
-        [
-            "debootstrap",
-            "--variant=minbase",
-            f"--include={','.join(BASE_PACKAGES)}",
-            SUITE,
-            str(rootfs),
-            _apt_mirror(),
-        ],
-        "debootstrap",
-    )
+    _debootstrap(rootfs, BASE_PACKAGES, say)
     _run(["chroot", str(rootfs), "python3", "-m", "venv", VENV], "python3 -m venv in the base")
     shutil.copy2("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
     # The base trusts what this machine trusts (a proxy's CA too), for its pip and the Dockerfile's.
+    bundle = rootfs / HOST_CA_BUNDLE.relative_to("/")
     if HOST_CA_BUNDLE.is_file():
-        shutil.copy2(HOST_CA_BUNDLE, rootfs / HOST_CA_BUNDLE.relative_to("/"))
+        shutil.copy2(HOST_CA_BUNDLE, bundle)
+    with bundle.open("ab") as trusted:
+        trusted.write(b"\n" + extra_ca)
     cache = rootfs / "root" / ".cache" / "pip"
     cache.parent.mkdir(parents=True, exist_ok=True)
     pip_cache.mkdir(parents=True, exist_ok=True)
@@ -285,14 +291,29 @@ def binary_image(docker: Docker, scratch: Path, repo: str, program: Path) -> str
     return ref
 
 
-def base_image(docker: Docker, scratch: Path, say: Callable[[str], None]) -> str:
-    ref = f"{BASE_REPO}:{base_key()}"
+def tools_image(docker: Docker, scratch: Path, say: Callable[[str], None]) -> str:
+    """Debian's minimal system as an image, its default user root (TOOLS_REPO, tagged by its recipe)."""
+    ref = f"{TOOLS_REPO}:{digest_of(SUITE.encode(), b'minbase')}"
+    if docker.has(ref):
+        return ref
+    rootfs = scratch / "tools"
+    try:
+        _debootstrap(rootfs, (), say)
+        shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+        _import_rootfs(docker, rootfs, ref, ['CMD ["sh"]'])
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+    return ref
+
+
+def base_image(docker: Docker, scratch: Path, extra_ca: bytes, say: Callable[[str], None]) -> str:
+    ref = f"{BASE_REPO}:{base_key(extra_ca)}"
     if docker.has(ref):
         return ref
     started = time.monotonic()
     rootfs = scratch / "base"
     try:
-        _base_rootfs(rootfs, scratch.parent / "pip", say)
+        _base_rootfs(rootfs, scratch.parent / "pip", extra_ca, say)
         changes = [f"ENV PATH={PATH_ENV}", f"ENV PIP_CERT={HOST_CA_BUNDLE}", 'CMD ["python"]']
         _import_rootfs(docker, rootfs, ref, changes)
     finally:
@@ -364,30 +385,54 @@ def load(docker: Docker, containerd_socket: Path, ref: str) -> str:
     raise ImageError(f"images: {ref} is not in containerd after its import")
 
 
+def _repo(ref: str) -> str:
+    """`repo` of `repo:tag` or `repo@sha256:...`."""
+    name = ref.split("@", 1)[0]
+    return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+
+
+def prune(docker: Docker, containerd_socket: Path, kept: set[str]) -> None:
+    """Remove the earlier builds of the images this module tags (any other reference to a repository
+    of `kept`'s), from docker and from containerd, so the cache holds one build of each."""
+    ours = {_repo(ref) for ref in kept}
+    listed = docker("images", "--format", "{{.Repository}}:{{.Tag}}", what="docker images").split()
+    stale = [ref for ref in listed if _repo(ref) in ours and ref not in kept]
+    if stale:
+        docker("rmi", *stale, what="docker rmi of earlier builds")
+    for ref in loaded(containerd_socket):
+        if _repo(ref) in ours and ref not in kept:
+            ctr(containerd_socket, "images", "rm", ref)
+
+
 def build_all(
     data_root: Path,
     run_dir: Path,
     containerd_socket: Path,
     programs: dict[str, Path],
+    extra_ca: bytes,
     say: Callable[[str], None],
 ) -> dict[str, str]:
     """Every image the node runs, built (unless built) and loaded: name -> digest reference. `programs`:
-    static programs (CoreDNS...) each packed as a one-file image `ddp-mnist.local/<name>`."""
+    static programs (CoreDNS...) each packed as a one-file image `ddp-mnist.local/<name>`; `extra_ca`:
+    the CA the trainer base trusts besides this machine's."""
     refs: dict[str, str] = {}
     with (
         tempfile.TemporaryDirectory(prefix="images-", dir=data_root.parent) as scratch,
         docker_daemon(data_root, run_dir, containerd_socket) as docker,
     ):
+        base = base_image(docker, Path(scratch), extra_ca, say)
         built = {
             "pause": pause_image(docker, Path(scratch)),
             **{
                 name: binary_image(docker, Path(scratch), f"ddp-mnist.local/{name}", path)
                 for name, path in programs.items()
             },
-            "trainer": trainer_image(docker, base_image(docker, Path(scratch), say), say),
+            "tools": tools_image(docker, Path(scratch), say),
+            "trainer": trainer_image(docker, base, say),
         }
         for name, ref in built.items():
             started = time.monotonic()
             refs[name] = load(docker, containerd_socket, ref)
             say(f"images: {name} in containerd as {refs[name]} ({time.monotonic() - started:.0f} s)")
+        prune(docker, containerd_socket, {*built.values(), *refs.values(), base})
     return refs

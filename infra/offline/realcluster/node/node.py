@@ -31,7 +31,7 @@ from infra.offline.realcluster import components, pki
 from infra.offline.realcluster.build import binary, cache_root
 from infra.offline.realcluster.cluster import State, alive
 from infra.offline.realcluster.kube import ApiError, Client
-from infra.offline.realcluster.node import addons, host, images
+from infra.offline.realcluster.node import addons, host, images, mirror, storage
 from infra.offline.realcluster.node.config import (
     CLUSTER_DOMAIN,
     NODE_NAME,
@@ -57,7 +57,8 @@ def dirs_of(state: State) -> NodeDirs:
 
 
 def loaded_images(state: State) -> dict[str, str]:
-    """The images the running node has loaded: name -> digest reference (pause, coredns, trainer)."""
+    """The images the running node has loaded: name -> digest reference (pause, coredns, minio,
+    local-path-provisioner, tools, trainer)."""
     return dict(_read(dirs_of(state)).get("images", {}))
 
 
@@ -161,7 +162,10 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         raise NodeError(f"node: already running from {dirs.root} (stop it with `make cluster-down`)")
     started = time.monotonic()
     host.ensure_packages(say)
-    bins = {name: binary(name) for name in ("kubelet", "kube-proxy", "crictl", "coredns")}
+    bins = {
+        name: binary(name)
+        for name in ("kubelet", "kube-proxy", "crictl", "coredns", "minio", "local-path-provisioner")
+    }
     _write_files(state, dirs)
     data: dict = {"pids": {}, "sysctls": {}}
     _write(dirs, data)
@@ -180,7 +184,8 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
             dirs.cache / "docker",
             dirs.root / "docker",
             dirs.containerd_socket,
-            {"coredns": bins["coredns"]},
+            {name: bins[name] for name in ("coredns", "minio", "local-path-provisioner")},
+            mirror.ca_certificate(dirs.cache).read_bytes(),
             say,
         )
         _write(dirs, data)
@@ -196,8 +201,15 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         )
         _write(dirs, data)
         _wait("the node", lambda: _node_ready(client), pids["kubelet"], dirs, "kubelet")
+        refs = data["images"]
         try:
-            data["coredns_seconds"] = round(addons.install(state, client, data["images"]["coredns"]), 1)
+            data["coredns_seconds"] = round(addons.install(state, client, refs["coredns"]), 1)
+            data["storage_seconds"] = round(
+                storage.install(
+                    state, client, refs["local-path-provisioner"], refs["tools"], dirs.root / "volumes"
+                ),
+                1,
+            )
         except TimeoutError as error:
             raise NodeError(str(error)) from None
     except BaseException:

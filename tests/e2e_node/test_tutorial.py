@@ -1,0 +1,218 @@
+"""The first-deploy tutorial, run from its page: every shell line of docs/tutorials/first-deploy.md, in
+order, against the cluster with the real node, with only the values a reader fills in.
+
+The reader here has a cluster without NFS, without internet and with 2 CPUs, so every variant block the
+page offers for those applies and runs. The lines are run by bash in a copy of the repository's tracked
+files (the reader's checkout: `pulumi stack init` writes into its stack files), with HOME of its own
+(`pulumi login --local` keeps its stacks there). What stands in for the reader:
+
+- the values they type: the page's `<placeholders>` (VALUES) and the answers to the `--secret` prompts
+  (on stdin, as `pulumi config set` reads a value that is not on its command line);
+- their "yes" at `pulumi up`'s and `pulumi destroy`'s prompt: PULUMI_SKIP_CONFIRMATIONS (pulumi
+  v3.274.1 pkg/cmd/pulumi/operations/up.go and destroy.go: `yes = yes || ... env.SkipConfirmations`);
+- their second terminal: the port-forward runs in the background while the page's `curl`s run;
+- the lines about kind itself (STAND_INS), which the tier does its own way, each said below.
+
+Between the query and the clean-up, the dev path's results are read from what ran (as
+tests/e2e_node/devpath.py): the pods on the real node, rank 0's accuracy, the export in
+MinIO, and a standard client's accuracy on the 10,000 test images through the server's ClusterIP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from infra.offline.realcluster import cluster
+from infra.offline.realcluster.node import images as node_images_module
+from infra.offline.realcluster.node import node as real_node
+from infra.offline.realcluster.node.storage import STORAGE_CLASS
+from tests.docs.pages import shell_blocks
+from tests.e2e import live
+from tests.e2e_local import scenario
+from tests.e2e_node.conftest import ROOT, place_on_the_node
+from tests.e2e_node.devpath import DEV_NAMESPACE, STORE_NAMESPACE, check_the_dev_path
+
+pytestmark = pytest.mark.e2e_node
+
+PAGE = ROOT / "docs" / "tutorials" / "first-deploy.md"
+PLACEHOLDER = re.compile(r"<[^<>]+>")
+PORT_FORWARD = "kubectl -n ddp-mnist-dev port-forward svc/mnist-serve 8080:8080"
+TAG = "docker.io/ddp-mnist/trainer:dev"  # `ddp-mnist/trainer:dev`, as the CRI normalises it
+# The lines about kind, and what the tier does instead.
+STAND_INS = {
+    "kind create cluster": "the session's cluster with its real node, its two namespaces placed on it",
+    "make image": "the tier's build of our Dockerfile on its base (the Dockerfile's base is unreachable "
+    "here), already in containerd",
+    "kind load docker-image ddp-mnist/trainer:dev": f"that build tagged {TAG} in the node's containerd",
+    "kind delete cluster": "the session's teardown",
+}
+SECRET_PROMPTS = {
+    "pulumi config set --secret minioAccessKey": scenario.KEYS[0],
+    "pulumi config set --secret minioSecretKey": scenario.KEYS[1],
+}
+
+
+def page_lines() -> list[str]:
+    """Every command line of the page's shell blocks, in order, comments dropped."""
+    lines = []
+    for block in shell_blocks(PAGE.read_text()):
+        for line in block.splitlines():
+            command = line.split(" #", 1)[0].strip()
+            if command and not command.startswith("#"):
+                lines.append(command)
+    return lines
+
+
+def filled(line: str, values: dict[str, str]) -> str:
+    """`line` with each placeholder replaced by the reader's value; a placeholder nobody fills fails."""
+    unknown = [p for p in PLACEHOLDER.findall(line) if p not in values]
+    assert not unknown, f"the page asks for {unknown}, which this test does not fill: {line}"
+    return PLACEHOLDER.sub(lambda m: values[m.group(0)], line)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """The reader's checkout: the repository's tracked files (timestamps kept)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    copy = tmp_path / "ddp-mnist"
+    for name in filter(None, (t.decode() for t in tracked)):
+        source = ROOT / name
+        if source.is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, copy / name)
+    return copy
+
+
+class Reader:
+    """Runs the page's lines as a reader at a shell would: in `workspace`, with their environment."""
+
+    def __init__(self, workspace: Path, home: Path, containerd_socket: Path) -> None:
+        self.workspace = workspace
+        self.env = {**os.environ, "HOME": str(home), "PULUMI_SKIP_CONFIRMATIONS": "true"}
+        self.containerd_socket = containerd_socket
+        self.background: list[subprocess.Popen[bytes]] = []
+
+    def run(self, line: str, stdin: str = "") -> str:
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            self.env[name] = shlex.split(value)[0]
+            return ""
+        print(f"$ {line}")
+        result = subprocess.run(
+            ["bash", "-c", line],
+            cwd=self.workspace,
+            env=self.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        print(result.stdout[-4000:], result.stderr[-4000:])
+        assert result.returncode == 0, f"`{line}` exited {result.returncode}: {result.stderr[-2000:]}"
+        return result.stdout
+
+    def start(self, line: str) -> None:
+        """A line a reader leaves running in a terminal of its own, until the port answers."""
+        print(f"$ {line} &")
+        process = subprocess.Popen(
+            ["bash", "-c", f"exec {line}"],
+            cwd=self.workspace,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.background.append(process)
+        deadline = time.monotonic() + 60
+        while subprocess.run(["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080"], check=False).returncode:
+            assert process.poll() is None, f"`{line}` exited {process.returncode}"
+            assert time.monotonic() < deadline, f"`{line}` did not open 127.0.0.1:8080 in 60 s"
+            time.sleep(0.5)
+
+    def stop_background(self) -> None:
+        for process in self.background:
+            process.terminate()
+            process.wait(timeout=10)
+        self.background.clear()
+
+
+def tag_the_build(containerd_socket: Path, build: str) -> None:
+    """What `kind load docker-image` leaves on a node: the image under the name the page gives it."""
+    names = node_images_module.loaded(containerd_socket)
+    if TAG in names:
+        node_images_module.ctr(containerd_socket, "images", "rm", TAG)
+    node_images_module.ctr(containerd_socket, "images", "tag", build, TAG)
+
+
+def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
+    node_cluster: cluster.State,
+    node_images: dict[str, str],
+    mnist_mirror: str,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    values = {
+        "<a passphrase of yours>": "correct horse battery staple",
+        "<your mirror of the MinIO image>": node_images["minio"],
+        "<your https mirror of MNIST>": mnist_mirror,
+        "<your ReadWriteMany class>": STORAGE_CLASS,
+        "<your mirror of the init container image>": node_images["tools"],
+    }
+    socket = real_node.dirs_of(node_cluster).containerd_socket
+    reader = Reader(workspace, tmp_path / "home", socket)
+    (tmp_path / "home").mkdir()
+    lines = page_lines()
+    assert set(STAND_INS) <= set(lines), "a line this test stands in for is no longer on the page"
+    cleaned_up = False
+    try:
+        for line in lines:
+            if line == "kind create cluster":
+                place_on_the_node(STORE_NAMESPACE)
+                place_on_the_node(DEV_NAMESPACE)
+            elif line == "kind load docker-image ddp-mnist/trainer:dev":
+                tag_the_build(socket, node_images["trainer"])
+            elif line in STAND_INS:
+                continue
+            elif line == PORT_FORWARD:
+                reader.start(line)
+            elif line in SECRET_PROMPTS:
+                reader.run(line, stdin=SECRET_PROMPTS[line])
+            elif line.startswith("curl ") and "/infer" in line:
+                answer = json.loads(reader.run(filled(line, values)))
+                outputs = {o["name"]: o for o in answer["outputs"]}
+                assert (outputs["probabilities"]["datatype"], outputs["probabilities"]["shape"]) == (
+                    "FP32",
+                    [1, 10],
+                )
+                assert (outputs["labels"]["datatype"], outputs["labels"]["shape"]) == ("INT64", [1])
+            elif line == "pulumi destroy --stack dev":
+                reader.stop_background()
+                # Before the page's clean-up: what the dev path produced, read from what ran.
+                check_the_dev_path()
+                reader.run(line)
+            else:
+                reader.run(filled(line, values))
+        cleaned_up = True
+    finally:
+        reader.stop_background()
+        if not cleaned_up:
+            for stack in ("dev", "dev-prereqs"):
+                subprocess.run(
+                    ["pulumi", "destroy", "--stack", stack, "--yes"],
+                    cwd=workspace,
+                    env=reader.env,
+                    check=False,
+                )
+        for namespace in (DEV_NAMESPACE, STORE_NAMESPACE):
+            live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
