@@ -17,7 +17,7 @@ from tests.docs.pages import DOCS, ROOT, anchors, page, pages, paragraphs, shell
 INLINE = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 REFERENCE = re.compile(r"^\[[^\]]+\]:\s+(\S+)", re.MULTILINE)
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
-TOOLS = {"pulumi", "kubectl", "docker", "kind", "minikube", "curl", "helm"}
+TOOLS = {"pulumi", "kubectl", "docker", "kind", "minikube", "curl", "helm", "git"}
 
 
 def links(text: str) -> list[str]:

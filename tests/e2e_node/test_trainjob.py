@@ -38,6 +38,10 @@ def platform(backend: Backend, node_images: dict[str, str]) -> Iterator[auto.Sta
     outputs = scenario.outputs(stack.up(on_output=print, show_secrets=False))
     assert outputs["trainerSmokeCheck"] == "Complete"
     yield stack
+    # Destroyed, so a later scenario's stack that installs the operators (the tutorial's `dev`, stack
+    # role `all`) starts from a cluster without them, as the tutorial's reader does.
+    if not scenario.KEEP:
+        stack.destroy(on_output=print)
 
 
 def test_a_trainjob_trains_to_99_percent_on_the_real_node(

@@ -2,26 +2,33 @@
 order, against the cluster with the real node, with only the values a reader fills in.
 
 The reader here has a cluster without NFS, without internet and with 2 CPUs, so every variant block the
-page offers for those applies and runs. The lines are run by bash in a copy of the repository's tracked
-files (the reader's checkout: `pulumi stack init` writes into its stack files), with HOME of its own
-(`pulumi login --local` keeps its stacks there). What stands in for the reader:
+page offers for those applies and runs. The lines are run by bash in the reader's checkout: a git
+repository of the working tree's tracked files (`pulumi stack init` writes into its stack files, and
+the page's last lines restore them with git). What stands in for the reader:
 
 - the values they type: the page's `<placeholders>` (VALUES) and the answers to the `--secret` prompts
   (on stdin, as `pulumi config set` reads a value that is not on its command line);
 - their "yes" at `pulumi up`'s and `pulumi destroy`'s prompt: PULUMI_SKIP_CONFIRMATIONS (pulumi
   v3.274.1 pkg/cmd/pulumi/operations/up.go and destroy.go: `yes = yes || ... env.SkipConfirmations`);
 - their second terminal: the port-forward runs in the background while the page's `curl`s run;
-- the lines about kind itself (STAND_INS), which the tier does its own way, each said below.
+- the lines about kind itself (STAND_INS), which the tier does its own way, each said below;
+- their home directory's backend: `pulumi login --local` names `~/.pulumi` of the user's passwd entry
+  (pulumi v3.274.1 pkg/backend/diy/backend.go, `user.Current()`, not $HOME), root's own here, so the
+  lines run with PULUMI_BACKEND_URL naming a directory of the test's, which every command prefers to the
+  login's (pkg/workspace/creds.go). The login still writes its `meta.yaml` into `~/.pulumi`; the test
+  removes that directory again when it made it.
 
-Between the query and the clean-up, the dev path's results are read from what ran (as
-tests/e2e_node/devpath.py): the pods on the real node, rank 0's accuracy, the export in
-MinIO, and a standard client's accuracy on the 10,000 test images through the server's ClusterIP.
+Between the query and the clean-up, the dev path's results are read from what ran
+(tests/e2e_node/devpath.py): the pods on the real node, rank 0's accuracy, the export in MinIO, a
+standard client's accuracy on the 10,000 test images through the server's ClusterIP, and the stack's
+NetworkPolicies as the node's engine enforces them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -39,7 +46,12 @@ from tests.docs.pages import shell_blocks
 from tests.e2e import live
 from tests.e2e_local import scenario
 from tests.e2e_node.conftest import ROOT, place_on_the_node
-from tests.e2e_node.devpath import DEV_NAMESPACE, STORE_NAMESPACE, check_the_dev_path
+from tests.e2e_node.devpath import (
+    DEV_NAMESPACE,
+    STORE_NAMESPACE,
+    check_the_dev_path,
+    check_the_network_policies,
+)
 
 pytestmark = pytest.mark.e2e_node
 
@@ -81,7 +93,8 @@ def filled(line: str, values: dict[str, str]) -> str:
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
-    """The reader's checkout: the repository's tracked files (timestamps kept)."""
+    """The reader's checkout: the repository's tracked files as the working tree has them (timestamps
+    kept), committed into a git repository of their own."""
     tracked = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
     ).stdout.split(b"\0")
@@ -91,6 +104,9 @@ def workspace(tmp_path: Path) -> Path:
         if source.is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, copy / name)
+    git = ["git", "-c", "user.name=reader", "-c", "user.email=reader@example.invalid"]
+    for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "checkout"]):
+        subprocess.run([*git, *argv], cwd=copy, check=True, capture_output=True)
     return copy
 
 
@@ -99,7 +115,12 @@ class Reader:
 
     def __init__(self, workspace: Path, home: Path, containerd_socket: Path) -> None:
         self.workspace = workspace
-        self.env = {**os.environ, "HOME": str(home), "PULUMI_SKIP_CONFIRMATIONS": "true"}
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            "PULUMI_SKIP_CONFIRMATIONS": "true",
+            "PULUMI_BACKEND_URL": f"file://{home / 'backend'}",
+        }
         self.containerd_socket = containerd_socket
         self.background: list[subprocess.Popen[bytes]] = []
 
@@ -171,7 +192,9 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
     }
     socket = real_node.dirs_of(node_cluster).containerd_socket
     reader = Reader(workspace, tmp_path / "home", socket)
-    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "backend").mkdir(parents=True)
+    login_dir = Path(pwd.getpwuid(os.getuid()).pw_dir) / ".pulumi"
+    made_login_dir = not login_dir.exists()
     lines = page_lines()
     assert set(STAND_INS) <= set(lines), "a line this test stands in for is no longer on the page"
     cleaned_up = False
@@ -199,7 +222,8 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
             elif line == "pulumi destroy --stack dev":
                 reader.stop_background()
                 # Before the page's clean-up: what the dev path produced, read from what ran.
-                check_the_dev_path()
+                check_the_dev_path(node_images["tools"])
+                check_the_network_policies(node_images["tools"])
                 reader.run(line)
             else:
                 reader.run(filled(line, values))
@@ -216,3 +240,14 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
                 )
         for namespace in (DEV_NAMESPACE, STORE_NAMESPACE):
             live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+        if made_login_dir:
+            shutil.rmtree(login_dir, ignore_errors=True)
+    left = sorted(p.name for p in (tmp_path / "home" / "backend" / ".pulumi" / "stacks").rglob("*.json"))
+    assert left == [], f"the page's clean-up left stacks {left}"
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+    )
+    assert changed.stdout == "", f"the page's clean-up left the checkout changed: {changed.stdout}"

@@ -17,7 +17,7 @@ import yaml
 
 from infra.offline.local.ports import free_port
 from infra.offline.realcluster import cluster, components, pki
-from infra.offline.realcluster.node import addons, images, mirror, storage
+from infra.offline.realcluster.node import addons, host, images, mirror, netpol, storage
 from infra.offline.realcluster.node.config import (
     NODE_IP,
     NODE_LABEL,
@@ -81,14 +81,24 @@ def test_the_nodes_addresses_meet_no_other_range_of_the_cluster(dirs):
     assert bridge["ipam"]["ranges"] == [[{"subnet": POD_SUBNET}]]
 
 
-def test_coredns_listens_on_the_node_address_and_forwards_nothing():
-    assert f"bind {NODE_IP}" in addons.COREFILE
-    assert "forward" not in addons.COREFILE
+def test_coredns_runs_on_the_pod_network_and_forwards_nothing():
+    """In kube-system's pod network, as on a kubeadm or cloud cluster: a NetworkPolicy's DNS peer
+    (kube-system's pods) matches it. The API server it reads is the node's relay, checked by name."""
+    assert "bind" not in addons.COREFILE and "forward" not in addons.COREFILE
+    pod = addons._deployment("coredns@sha256:1")["spec"]["template"]["spec"]
+    assert "hostNetwork" not in pod
 
 
 def test_the_node_parts_are_built_only_for_the_node_tier():
     node = set(tier_parts("node"))
-    assert node == {"kubernetes-node", "cri-tools", "coredns", "local-path-provisioner", "minio"}
+    assert node == {
+        "kubernetes-node",
+        "cri-tools",
+        "coredns",
+        "local-path-provisioner",
+        "minio",
+        "kube-router",
+    }
     assert not node & set(tier_parts("cluster"))
     # The kubelet and kube-proxy come from the control plane's wrapper: one Kubernetes pin.
     assert PARTS["kubernetes-node"].directory == PARTS["kubernetes"].directory
@@ -145,7 +155,7 @@ def test_the_provisioner_makes_shared_directories_on_the_real_node_alone(tmp_pat
     assert objects["StorageClass"]["provisioner"] == storage.PROVISIONER
     assert objects["StorageClass"]["volumeBindingMode"] == "Immediate"
     pod = objects["Deployment"]["spec"]["template"]["spec"]
-    assert pod["hostNetwork"] and pod["securityContext"]["runAsNonRoot"]
+    assert "hostNetwork" not in pod and pod["securityContext"]["runAsNonRoot"]
     assert "--kubeconfig=/etc/local-path/kubeconfig" in pod["containers"][0]["args"]
 
 
@@ -168,3 +178,14 @@ def test_the_mirror_serves_the_four_files_over_tls_its_ca_verifies(tmp_path, mon
         assert refused.value.code == 404
         with pytest.raises(urllib.error.URLError):  # a client that does not trust the tier's CA
             urllib.request.urlopen(url + mirror.FILES[0], context=ssl.create_default_context(), timeout=10)
+
+
+def test_kube_router_runs_its_policy_controller_alone_with_health_on_loopback():
+    argv = netpol.args("/bin/kube-router", "/k/kubeconfig")
+    assert {"--run-firewall=true", "--run-router=false", "--run-service-proxy=false"} <= set(argv)
+    assert "--health-addr=127.0.0.1" in argv
+    assert not [a for a in argv if "pprof" in a or a.startswith("--metrics-port")]
+    # The Services' range is the cluster's, not kube-router's default 10.96.0.0/12.
+    assert f"--service-cluster-ip-range={components.SERVICE_CIDR}" in argv
+    # Same-bridge pod traffic reaches its rules only through bridge netfilter, which the node sets.
+    assert host.SYSCTLS["net.bridge.bridge-nf-call-iptables"] == "1"

@@ -144,6 +144,13 @@ PARTS: dict[str, Part] = {
         # proxy refuses the release the stack pins (RELEASE.2025-09-07T16-13-09Z); this is the nearest
         # commit it serves (parts/minio/go.mod).
         Part("minio", {"minio": "github.com/minio/minio"}, tier="node"),
+        # The real node's NetworkPolicy engine: kube-router's policy controller alone (node/netpol.py).
+        Part(
+            "kube-router",
+            {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
+            ldflags=("-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v2.10.0",),
+            tier="node",
+        ),
         Part("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
         Part(
             "training-operator",

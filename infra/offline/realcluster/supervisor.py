@@ -4,8 +4,9 @@
   (an admission webhook) goes to the local process whose pod labels the Service selects, at the local
   port of the Service's target port; a call to a real node's kubelet (logs, exec) goes to it as is.
 - **Volume provisioner**: what a CSI driver's external-provisioner does for a claim of a StorageClass
-  whose provisioner is neither the in-tree one nor the real node's: a PersistentVolume bound to the claim (after the scheduler
-  picks a node when the class waits for the first consumer), deleted when released under `Delete`.
+  whose provisioner is neither the in-tree one nor the real node's: a PersistentVolume bound to the
+  claim (after the scheduler picks a node when the class waits for the first consumer), deleted when
+  released under `Delete`.
 - **cert-manager**: self-signed certificates and CA injection (certmanager.py).
 - **Operator pods**: the Deployments of the operators (the training operator, Kueue) run as local
   processes with what a kubelet would give their pod (standins.py).

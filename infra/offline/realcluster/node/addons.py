@@ -1,9 +1,10 @@
 """The cluster add-ons the real node runs as pods, as kubeadm installs them: CoreDNS behind the kube-dns
 Service at CLUSTER_DNS (what the kubelet's `clusterDNS` names).
 
-CoreDNS runs on the node's network (hostNetwork) and listens on the node's address alone: the API
-server listens on 127.0.0.1 only (its `kubernetes` Service's endpoint is an address where nothing
-listens), so CoreDNS reaches it through a kubeconfig of its own identity, `system:coredns`, with the
+CoreDNS runs on the pod network in kube-system, as on kind, kubeadm or a cloud's cluster, so a
+NetworkPolicy's peer "kube-system's pods" matches it. The API server listens on 127.0.0.1 only (its
+`kubernetes` Service's endpoint is an address where nothing listens), so CoreDNS reaches it through the
+node's relay (node.py, API_RELAY_PORT) with a kubeconfig of its own identity, `system:coredns`, with the
 rights upstream's CoreDNS manifest gives it (read services, endpoints, endpointslices, pods and
 namespaces). It forwards nothing: a name outside the cluster does not resolve from a pod.
 """
@@ -19,6 +20,8 @@ from infra.offline.realcluster import components, pki
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.kube import Client, Obj
 from infra.offline.realcluster.node.config import (
+    API_RELAY_PORT,
+    API_SERVER_NAME,
     CLUSTER_DNS,
     CLUSTER_DOMAIN,
     NODE_IP,
@@ -33,10 +36,9 @@ READY_TIMEOUT_S = 90
 
 COREFILE = f"""\
 .:53 {{
-    bind {NODE_IP}
     errors
-    health {NODE_IP}:8080
-    ready {NODE_IP}:8181
+    health :8080
+    ready :8181
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
         kubeconfig /etc/coredns/kubeconfig ddp-mnist-local
         pods insecure
@@ -84,11 +86,13 @@ def _rbac() -> list[tuple[str, Obj]]:
 
 def kubeconfig_secret(state: State, user: str, name: str, namespace: str) -> Obj:
     """A Secret `name` holding a kubeconfig for `user` with its certificate inline (the pod reads no file
-    of the host's), for a pod on the node's network: the API server listens on 127.0.0.1 only."""
+    of the host's), naming the API server at the node's relay (it listens on 127.0.0.1 only)."""
     crt, key = pki.client_certificate(state.pki, user)
-    config = components.kubeconfig(state.read()["server"], state.pki, (crt, key))
+    server = f"https://{NODE_IP}:{API_RELAY_PORT}"
+    config = components.kubeconfig(server, state.pki, (crt, key))
     config["clusters"][0]["cluster"] = {
-        "server": state.read()["server"],
+        "server": server,
+        "tls-server-name": API_SERVER_NAME,
         "certificate-authority-data": base64.b64encode((state.pki / "ca.crt").read_bytes()).decode(),
     }
     config["users"][0]["user"] = {
@@ -116,7 +120,6 @@ def _deployment(image: str) -> Obj:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "hostNetwork": True,
                     "dnsPolicy": "Default",
                     "priorityClassName": "system-cluster-critical",
                     "automountServiceAccountToken": False,
@@ -135,9 +138,9 @@ def _deployment(image: str) -> Obj:
                             "securityContext": {
                                 "allowPrivilegeEscalation": False,
                                 "readOnlyRootFilesystem": True,
-                                # Port 53 on the node's address: root with that one capability
-                                # (upstream's image gives its non-root binary the file capability
-                                # instead; a one-file image made here carries no xattrs).
+                                # Port 53: root with that one capability (upstream's image gives its
+                                # non-root binary the file capability instead; a one-file image made
+                                # here carries no xattrs).
                                 "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
                                 "runAsUser": 0,
                             },
@@ -145,12 +148,12 @@ def _deployment(image: str) -> Obj:
                                 {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
                             ],
                             "livenessProbe": {
-                                "httpGet": {"host": NODE_IP, "path": "/health", "port": 8080},
+                                "httpGet": {"path": "/health", "port": 8080},
                                 "periodSeconds": 10,
                                 "failureThreshold": 5,
                             },
                             "readinessProbe": {
-                                "httpGet": {"host": NODE_IP, "path": "/ready", "port": 8181},
+                                "httpGet": {"path": "/ready", "port": 8181},
                                 "periodSeconds": 2,
                             },
                         }

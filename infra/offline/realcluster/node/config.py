@@ -20,6 +20,11 @@ NODE_NAME = "real-node-0"
 # The node's address, on an interface the tier creates (an empty bridge, host.py): nothing outside
 # this machine routes to it, and the node's servers (kubelet, CoreDNS) listen on it alone.
 NODE_IP = "10.251.0.1"
+# Where the node's add-ons (CoreDNS, the volume provisioner) reach the API server, which listens on
+# 127.0.0.1 only: a relay on the node's address (node.py), checked against the name `kubernetes` that
+# the API server's certificate carries (pki.py).
+API_RELAY_PORT = 6443
+API_SERVER_NAME = "kubernetes"
 NODE_INTERFACE = "ddpm-node0"
 BRIDGE = "ddpm-br0"
 # The real node's pods; KWOK's fake pods take their addresses from 10.244.0.0/16 (components.POD_CIDR).

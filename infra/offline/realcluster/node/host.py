@@ -3,14 +3,16 @@ kernel settings pods need, and the check that teardown left nothing behind.
 
 Everything the node changes on this machine is made here and undone here: the interface
 `ddpm-node0` (the node's address, on an empty bridge), the CNI bridge `ddpm-br0`, the iptables chains
-kube-proxy and the CNI plugins write, the network namespaces of pods, the mounts under the node's
-directory, the kubelet's cgroups, and two sysctls (restored to what they were).
+kube-proxy, kube-router and the CNI plugins write, kube-router's ip sets, the network namespaces of
+pods, the mounts under the node's directory, the kubelet's cgroups, and two sysctls (restored to what
+they were).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -33,12 +35,16 @@ PACKAGES = {
     "debootstrap": "/usr/sbin/debootstrap",
     "gcc": "/usr/bin/gcc",
     "libc6-dev": "/usr/include/signal.h",
+    "ipset": "/usr/sbin/ipset",
 }
 CNI_BIN = Path("/usr/lib/cni")
 # Sysctls the node's pods need: routing between the bridge and the node's address, and bridged
 # traffic through iptables (kube-proxy's Service rules between two pods on the bridge).
 SYSCTLS = {"net.ipv4.ip_forward": "1", "net.bridge.bridge-nf-call-iptables": "1"}
 KUBELET_CGROUP = "kubepods"
+# The ip sets kube-router's policy controller makes (upstream pkg/controllers/netpol: KUBE-SRC-*,
+# KUBE-DST-*, and kube-router-local-pods with its default deny).
+IPSET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
 
 
 class HostError(Exception):
@@ -135,7 +141,7 @@ def flush_chains() -> None:
         saved = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, check=False)
         for line in saved.stdout.splitlines():
             if line.startswith("-A ") and ("KUBE-" in line or "CNI-" in line):
-                rule = line.split()[1:]
+                rule = shlex.split(line)[1:]  # a rule's comment may be quoted (kube-router's are)
                 chain, spec = rule[0], rule[1:]
                 if chain.startswith(("KUBE-", "CNI-")):
                     continue  # flushed with its chain below
@@ -147,6 +153,20 @@ def flush_chains() -> None:
             subprocess.run(["iptables", "-t", table, "-F", chain], capture_output=True, check=False)
         for chain in chains:
             subprocess.run(["iptables", "-t", table, "-X", chain], capture_output=True, check=False)
+
+
+def node_ipsets() -> list[str]:
+    """The ip sets of the node's policy engine."""
+    if shutil.which("ipset") is None:
+        return []
+    listed = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False).stdout
+    return [name for name in listed.split() if name.startswith(IPSET_PREFIXES)]
+
+
+def destroy_ipsets() -> None:
+    """Remove the policy engine's ip sets (after the rules that match them are gone)."""
+    for name in node_ipsets():
+        subprocess.run(["ipset", "destroy", name], capture_output=True, check=False)
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -212,6 +232,7 @@ def leftovers(root: Path) -> list[str]:
     found = [f"process {p}" for p in processes_naming(str(root))]
     found += [f"interface {name}" for name in (NODE_INTERFACE, BRIDGE) if link_exists(name)]
     found += [f"iptables chain {c}" for c in node_chains()]
+    found += [f"ip set {s}" for s in node_ipsets()]
     found += [f"mount {m}" for m in mounts_under(root)]
     found += [f"network namespace {n}" for n in pod_netns()]
     found += [f"cgroup {c}" for c in kubelet_cgroups()]
@@ -223,6 +244,7 @@ def clean(root: Path, saved_sysctls: dict[str, str]) -> None:
     remove_pod_netns()
     unmount_under(root)
     flush_chains()
+    destroy_ipsets()
     for name in (BRIDGE, NODE_INTERFACE):
         if link_exists(name):
             _ip("link", "delete", name, check=False)

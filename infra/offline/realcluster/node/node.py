@@ -24,6 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -31,9 +32,11 @@ from infra.offline.realcluster import components, pki
 from infra.offline.realcluster.build import binary, cache_root
 from infra.offline.realcluster.cluster import State, alive
 from infra.offline.realcluster.kube import ApiError, Client
-from infra.offline.realcluster.node import addons, host, images, mirror, storage
+from infra.offline.realcluster.node import addons, host, images, mirror, netpol, storage
 from infra.offline.realcluster.node.config import (
+    API_RELAY_PORT,
     CLUSTER_DOMAIN,
+    NODE_IP,
     NODE_NAME,
     NodeDirs,
     cni_network,
@@ -45,7 +48,7 @@ from infra.offline.realcluster.node.config import (
 
 READY_TIMEOUT_S = 120
 # The node's processes, stopped in this order.
-STOP_ORDER = ("kube-proxy", "kubelet", "containerd")
+STOP_ORDER = ("kube-router", "kube-proxy", "kubelet", "api-relay", "containerd")
 
 
 class NodeError(Exception):
@@ -164,7 +167,15 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
     host.ensure_packages(say)
     bins = {
         name: binary(name)
-        for name in ("kubelet", "kube-proxy", "crictl", "coredns", "minio", "local-path-provisioner")
+        for name in (
+            "kubelet",
+            "kube-proxy",
+            "kube-router",
+            "crictl",
+            "coredns",
+            "minio",
+            "local-path-provisioner",
+        )
     }
     _write_files(state, dirs)
     data: dict = {"pids": {}, "sysctls": {}}
@@ -199,8 +210,26 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         pids["kube-proxy"] = _start(
             dirs, "kube-proxy", [str(bins["kube-proxy"]), f"--config={dirs.file('kube-proxy.yaml')}"]
         )
+        # The API server for the add-ons' pods: a TCP relay on the node's address to its loopback port.
+        api_port = urlsplit(state.read()["server"]).port
+        pids["api-relay"] = _start(
+            dirs,
+            "api-relay",
+            [
+                "socat",
+                f"TCP-LISTEN:{API_RELAY_PORT},bind={NODE_IP},fork,reuseaddr",
+                f"TCP:127.0.0.1:{api_port}",
+            ],
+        )
         _write(dirs, data)
         _wait("the node", lambda: _node_ready(client), pids["kubelet"], dirs, "kubelet")
+        netpol.grant(client)
+        router_kubeconfig = _identity(state, dirs, netpol.USER, (), "kube-router.kubeconfig")
+        pids["kube-router"] = _start(
+            dirs, "kube-router", netpol.args(str(bins["kube-router"]), str(router_kubeconfig))
+        )
+        _write(dirs, data)
+        _wait("kube-router's policy controller", netpol.healthy, pids["kube-router"], dirs, "kube-router")
         refs = data["images"]
         try:
             data["coredns_seconds"] = round(addons.install(state, client, refs["coredns"]), 1)
@@ -256,7 +285,7 @@ def down(state: State, say: Callable[[str], None] = print, check: bool = True) -
         return []  # no node ever joined this cluster
     data = _read(dirs)
     pids = data.get("pids", {})
-    for name in ("kube-proxy", "kubelet"):
+    for name in ("kube-router", "kube-proxy", "kubelet", "api-relay"):
         if name in pids:
             _stop(pids[name])
     if "containerd" in pids and alive(pids["containerd"]):

@@ -8,8 +8,9 @@ csi-driver-nfs, the dev stack's provisioner, cannot mount here.) The helper pods
 (`mkdir -m 0777`, `rm -rf`, upstream's scripts) on this node alone; the StorageClass binds at once
 (`Immediate`), so a claim is Bound before any pod of a stack's needs it.
 
-Like CoreDNS (addons.py), the provisioner runs on the node's network with a kubeconfig of its own
-identity, `system:local-path-provisioner`, with upstream's rights (deploy/local-path-storage.yaml).
+Like CoreDNS (addons.py), the provisioner reaches the API server through the node's relay with a
+kubeconfig of its own identity, `system:local-path-provisioner`, with upstream's rights
+(deploy/local-path-storage.yaml).
 """
 
 from __future__ import annotations
@@ -139,7 +140,6 @@ def _deployment(image: str, tools: str) -> Obj:
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
-                    "hostNetwork": True,
                     "automountServiceAccountToken": False,
                     "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
                     "tolerations": [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}],
