@@ -108,71 +108,65 @@ def kubeconfig_secret(state: State, user: str, name: str, namespace: str) -> Obj
     }
 
 
-def _deployment(image: str) -> Obj:
-    labels = {"k8s-app": "kube-dns"}
+def add_on_deployment(namespace: str, name: str, labels: dict[str, str], pod: Obj) -> Obj:
+    """A one-replica Deployment of an add-on whose pod (`pod`, its spec) runs on the real node alone:
+    the node's selector, a toleration of its taint, no service account token."""
+    spec = {
+        "automountServiceAccountToken": False,
+        "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
+        "tolerations": [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}],
+        **pod,
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "dnsPolicy": "Default",
-                    "priorityClassName": "system-cluster-critical",
-                    "automountServiceAccountToken": False,
-                    "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
-                    "tolerations": [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}],
-                    "containers": [
-                        {
-                            "name": "coredns",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": ["-conf", "/etc/coredns/Corefile"],
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "70Mi"},
-                                "limits": {"memory": "170Mi"},
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                # Port 53: root with that one capability (upstream's image gives its
-                                # non-root binary the file capability instead; a one-file image made
-                                # here carries no xattrs).
-                                "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
-                                "runAsUser": 0,
-                            },
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": "/etc/coredns", "readOnly": True}
-                            ],
-                            "livenessProbe": {
-                                "httpGet": {"path": "/health", "port": 8080},
-                                "periodSeconds": 10,
-                                "failureThreshold": 5,
-                            },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": 8181},
-                                "periodSeconds": 2,
-                            },
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "config",
-                            "projected": {
-                                "sources": [
-                                    {"configMap": {"name": NAME}},
-                                    {"secret": {"name": f"{NAME}-kubeconfig"}},
-                                ]
-                            },
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": spec},
         },
     }
+
+
+def _deployment(image: str) -> Obj:
+    pod = {
+        "dnsPolicy": "Default",
+        "priorityClassName": "system-cluster-critical",
+        "containers": [
+            {
+                "name": "coredns",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": ["-conf", "/etc/coredns/Corefile"],
+                "resources": {"requests": {"cpu": "50m", "memory": "70Mi"}, "limits": {"memory": "170Mi"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    # Port 53: root with that one capability (upstream's image gives its non-root
+                    # binary the file capability instead; a one-file image made here carries no xattrs).
+                    "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                    "runAsUser": 0,
+                },
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/coredns", "readOnly": True}],
+                "livenessProbe": {
+                    "httpGet": {"path": "/health", "port": 8080},
+                    "periodSeconds": 10,
+                    "failureThreshold": 5,
+                },
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}, "periodSeconds": 2},
+            }
+        ],
+        "volumes": [
+            {
+                "name": "config",
+                "projected": {
+                    "sources": [{"configMap": {"name": NAME}}, {"secret": {"name": f"{NAME}-kubeconfig"}}]
+                },
+            }
+        ],
+    }
+    return add_on_deployment(NAMESPACE, NAME, {"k8s-app": "kube-dns"}, pod)
 
 
 def _service() -> Obj:
@@ -209,21 +203,26 @@ def objects(state: State, image: str) -> list[tuple[str, Obj]]:
     ]
 
 
-def _ready(client: Client) -> bool:
-    got = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{NAME}") or {}
-    return (got.get("status") or {}).get("readyReplicas", 0) >= 1
+def apply_and_wait(client: Client, objects: list[tuple[str, Obj]], what: str) -> float:
+    """Apply `objects` in order and wait until the Deployment among them has a ready replica; the
+    seconds it took. Not ready in READY_TIMEOUT_S: TimeoutError, one line naming `what`."""
+    started = time.monotonic()
+    for path, obj in objects:
+        client.apply(path, obj)
+    (deployment,) = [obj for _, obj in objects if obj["kind"] == "Deployment"]
+    namespace, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+    deadline = started + READY_TIMEOUT_S
+    while True:
+        got = client.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}") or {}
+        if (got.get("status") or {}).get("readyReplicas", 0) >= 1:
+            return time.monotonic() - started
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"node: {what} not ready after {READY_TIMEOUT_S} s (kubectl -n {namespace} describe pods)"
+            )
+        time.sleep(1)
 
 
 def install(state: State, client: Client, image: str) -> float:
     """Apply CoreDNS and wait until its pod is ready (its readiness probe passed); the seconds it took."""
-    started = time.monotonic()
-    for path, obj in objects(state, image):
-        client.apply(path, obj)
-    deadline = started + READY_TIMEOUT_S
-    while not _ready(client):
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"node: CoreDNS not ready after {READY_TIMEOUT_S} s (kubectl -n {NAMESPACE} describe pods)"
-            )
-        time.sleep(1)
-    return time.monotonic() - started
+    return apply_and_wait(client, objects(state, image), "CoreDNS")

@@ -16,15 +16,14 @@ kubeconfig of its own identity, `system:local-path-provisioner`, with upstream's
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import yaml
 
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.kube import Client, Obj
-from infra.offline.realcluster.node.addons import kubeconfig_secret
-from infra.offline.realcluster.node.config import NODE_LABEL, NODE_TAINT
+from infra.offline.realcluster.node.addons import add_on_deployment, apply_and_wait, kubeconfig_secret
+from infra.offline.realcluster.node.config import NODE_LABEL
 
 NAMESPACE = "local-path-storage"
 NAME = "local-path-provisioner"
@@ -32,7 +31,6 @@ USER = "system:local-path-provisioner"
 PROVISIONER = "ddp-mnist.local/local-path"
 STORAGE_CLASS = "local-path-shared"
 CONFIG = "local-path-config"
-READY_TIMEOUT_S = 90
 
 SETUP = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
 TEARDOWN = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
@@ -118,7 +116,6 @@ def _rbac() -> list[tuple[str, Obj]]:
 
 
 def _deployment(image: str, tools: str) -> Obj:
-    labels = {"app": NAME}
     args = [
         "--debug",
         "start",
@@ -130,64 +127,45 @@ def _deployment(image: str, tools: str) -> Obj:
         f"--service-account-name={NAME}",
         f"--configmap-name={CONFIG}",
     ]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "automountServiceAccountToken": False,
-                    "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
-                    "tolerations": [{"key": NODE_TAINT[0], "operator": "Exists", "effect": NODE_TAINT[2]}],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65532,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        {
-                            "name": NAME,
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": args,
-                            "resources": {
-                                "requests": {"cpu": "10m", "memory": "32Mi"},
-                                "limits": {"memory": "128Mi"},
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": "/etc/local-path", "readOnly": True}
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "config",
-                            "projected": {
-                                "sources": [
-                                    {
-                                        "configMap": {
-                                            "name": CONFIG,
-                                            "items": [{"key": "config.json", "path": "config.json"}],
-                                        }
-                                    },
-                                    {"secret": {"name": f"{NAME}-kubeconfig"}},
-                                ]
-                            },
-                        }
-                    ],
-                },
-            },
+    pod = {
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
+        "containers": [
+            {
+                "name": NAME,
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "args": args,
+                "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/local-path", "readOnly": True}],
+            }
+        ],
+        "volumes": [
+            {
+                "name": "config",
+                "projected": {
+                    "sources": [
+                        {
+                            "configMap": {
+                                "name": CONFIG,
+                                "items": [{"key": "config.json", "path": "config.json"}],
+                            }
+                        },
+                        {"secret": {"name": f"{NAME}-kubeconfig"}},
+                    ]
+                },
+            }
+        ],
     }
+    return add_on_deployment(NAMESPACE, NAME, {"app": NAME}, pod)
 
 
 def objects(state: State, image: str, tools: str, shared: Path) -> list[tuple[str, Obj]]:
@@ -229,23 +207,7 @@ def objects(state: State, image: str, tools: str, shared: Path) -> list[tuple[st
     ]
 
 
-def _running(client: Client) -> bool:
-    got = client.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{NAME}") or {}
-    return (got.get("status") or {}).get("availableReplicas", 0) >= 1
-
-
 def install(state: State, client: Client, image: str, tools: str, shared: Path) -> float:
-    """Apply the provisioner and wait until its pod runs; the seconds it took."""
-    started = time.monotonic()
+    """Apply the provisioner and wait until its pod is ready; the seconds it took."""
     shared.mkdir(parents=True, exist_ok=True)
-    for path, obj in objects(state, image, tools, shared):
-        client.apply(path, obj)
-    deadline = started + READY_TIMEOUT_S
-    while not _running(client):
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"node: the volume provisioner is not running after {READY_TIMEOUT_S} s "
-                f"(kubectl -n {NAMESPACE} describe pods)"
-            )
-        time.sleep(1)
-    return time.monotonic() - started
+    return apply_and_wait(client, objects(state, image, tools, shared), "the volume provisioner")
