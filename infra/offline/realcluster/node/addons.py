@@ -52,6 +52,36 @@ COREFILE = f"""\
 """
 
 
+RBAC = "rbac.authorization.k8s.io"
+
+
+def user_role(user: str, rules: list[Obj], namespace: str = "") -> list[tuple[str, Obj]]:
+    """(collection path, object) of a role named `user` with `rules`, bound to the user `user` (an
+    identity of a client certificate): a ClusterRole and its binding, or a Role and its binding in
+    `namespace`."""
+    if namespace:
+        kind, where, scoped = "Role", f"/apis/{RBAC}/v1/namespaces/{namespace}", {"namespace": namespace}
+    else:
+        kind, where, scoped = "ClusterRole", f"/apis/{RBAC}/v1", {}
+    meta = {"name": user, **scoped}
+    return [
+        (
+            f"{where}/{kind.lower()}s",
+            {"apiVersion": f"{RBAC}/v1", "kind": kind, "metadata": meta, "rules": rules},
+        ),
+        (
+            f"{where}/{kind.lower()}bindings",
+            {
+                "apiVersion": f"{RBAC}/v1",
+                "kind": f"{kind}Binding",
+                "metadata": meta,
+                "roleRef": {"apiGroup": RBAC, "kind": kind, "name": user},
+                "subjects": [{"apiGroup": RBAC, "kind": "User", "name": user}],
+            },
+        ),
+    ]
+
+
 def _rbac() -> list[tuple[str, Obj]]:
     rules = [
         {
@@ -61,27 +91,7 @@ def _rbac() -> list[tuple[str, Obj]]:
         },
         {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
     ]
-    return [
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": USER},
-                "rules": rules,
-            },
-        ),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": USER},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": USER},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}],
-            },
-        ),
-    ]
+    return user_role(USER, rules)
 
 
 def kubeconfig_secret(state: State, user: str, name: str, namespace: str) -> Obj:

@@ -18,11 +18,11 @@ import urllib.request
 
 from infra.offline.realcluster.components import SERVICE_CIDR
 from infra.offline.realcluster.kube import Client, Obj
+from infra.offline.realcluster.node.addons import user_role
 from infra.offline.realcluster.node.config import NODE_NAME
 
 USER = "system:kube-router"
 HEALTH_PORT = 20244
-RBAC = "rbac.authorization.k8s.io"
 
 
 def rbac() -> list[tuple[str, Obj]]:
@@ -45,22 +45,7 @@ def rbac() -> list[tuple[str, Obj]]:
             "verbs": ["get", "list", "watch"],
         },
     ]
-    return [
-        (
-            f"/apis/{RBAC}/v1/clusterroles",
-            {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": USER}, "rules": rules},
-        ),
-        (
-            f"/apis/{RBAC}/v1/clusterrolebindings",
-            {
-                "apiVersion": f"{RBAC}/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": USER},
-                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": USER},
-                "subjects": [{"apiGroup": RBAC, "kind": "User", "name": USER}],
-            },
-        ),
-    ]
+    return user_role(USER, rules)
 
 
 def grant(client: Client) -> None:

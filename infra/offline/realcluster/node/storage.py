@@ -22,7 +22,12 @@ import yaml
 
 from infra.offline.realcluster.cluster import State
 from infra.offline.realcluster.kube import Client, Obj
-from infra.offline.realcluster.node.addons import add_on_deployment, apply_and_wait, kubeconfig_secret
+from infra.offline.realcluster.node.addons import (
+    add_on_deployment,
+    apply_and_wait,
+    kubeconfig_secret,
+    user_role,
+)
 from infra.offline.realcluster.node.config import NODE_LABEL
 
 NAMESPACE = "local-path-storage"
@@ -34,7 +39,6 @@ CONFIG = "local-path-config"
 
 SETUP = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
 TEARDOWN = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
-RBAC = "rbac.authorization.k8s.io"
 
 
 def _helper_pod(tools: str) -> Obj:
@@ -75,44 +79,7 @@ def _rbac() -> list[tuple[str, Obj]]:
             "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
         }
     ]
-    subject = [{"apiGroup": RBAC, "kind": "User", "name": USER}]
-    ns = f"/apis/{RBAC}/v1/namespaces/{NAMESPACE}"
-    meta = {"name": USER}
-    return [
-        (
-            f"/apis/{RBAC}/v1/clusterroles",
-            {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": meta, "rules": cluster_rules},
-        ),
-        (
-            f"/apis/{RBAC}/v1/clusterrolebindings",
-            {
-                "apiVersion": f"{RBAC}/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": meta,
-                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": USER},
-                "subjects": subject,
-            },
-        ),
-        (
-            f"{ns}/roles",
-            {
-                "apiVersion": f"{RBAC}/v1",
-                "kind": "Role",
-                "metadata": {**meta, "namespace": NAMESPACE},
-                "rules": pod_rules,
-            },
-        ),
-        (
-            f"{ns}/rolebindings",
-            {
-                "apiVersion": f"{RBAC}/v1",
-                "kind": "RoleBinding",
-                "metadata": {**meta, "namespace": NAMESPACE},
-                "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": USER},
-                "subjects": subject,
-            },
-        ),
-    ]
+    return user_role(USER, cluster_rules) + user_role(USER, pod_rules, NAMESPACE)
 
 
 def _deployment(image: str, tools: str) -> Obj:
