@@ -33,9 +33,14 @@ $(POLICY_VENV)/.installed: policy/requirements.txt constraints.txt
 	$(POLICY_VENV)/bin/pip install -q -c constraints.txt -r policy/requirements.txt
 	touch $@
 
+# .venv holds torch with its CUDA libraries: 5.8 GiB installed (Python 3.11, torch 2.13.0). Its install
+# stops first, with one line, when the disk holds less than VENV_FREE_GIB, rather than pip failing with
+# "No space left on device" half-way; and it keeps no second copy of the wheels in pip's cache.
+VENV_FREE_GIB ?= 8
 $(VENV)/.installed: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import shutil, sys; free = shutil.disk_usage(".").free / 2**30; need = float("$(VENV_FREE_GIB)"); sys.exit(0 if free >= need else f"make: .venv needs about {need:g} GiB free on this disk (torch with its CUDA libraries installs 5.8 GiB); {free:.1f} GiB free")'
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -c constraints.txt -e ".[infra,trainer,test]"
+	$(VENV)/bin/pip install -q --no-cache-dir -c constraints.txt -e ".[infra,trainer,test]"
 	touch $@
 
 infra-env: $(INFRA_VENV)/.installed ## create .venv-infra, the Pulumi program's environment (no torch)
