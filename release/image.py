@@ -16,13 +16,20 @@ it runs with any python3, no virtual environment. The CI release (`.github/workf
 the same Dockerfile for the same platform. docs/RELEASE.md has the whole story.
 
 Exit codes: 0 built (and pushed); 1 the build or push failed (docker's own output above says why) or
-Buildx wrote no digest; 2 a usage error (no REGISTRY); 4 docker or its buildx plugin is not installed.
+Buildx wrote no digest; 2 a usage error (no REGISTRY); 4 docker or its buildx plugin is not installed; 5 a
+`build` on a machine that is not amd64, whose local cluster's nodes could not run the image.
+
+The image is linux/amd64 only: its base is published for amd64, and so are the GPU pools it is for.
+`build` loads it into the local docker for a local cluster (kind, minikube), whose nodes have this
+machine's architecture, so on another architecture it stops before building; `push` builds for
+amd64 on any machine (under emulation where docker has it), for a registry that amd64 nodes pull from.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -37,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The base image (pytorch/pytorch's CUDA runtime) and the GPU pools are amd64.
 PLATFORM = "linux/amd64"
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-EXIT_FAILED, EXIT_USAGE, EXIT_NO_DOCKER = 1, 2, 4
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_DOCKER, EXIT_ARCHITECTURE = 1, 2, 4, 5
+AMD64_MACHINES = frozenset({"x86_64", "amd64"})
 USAGE = "usage: image.py build IMAGE | image.py push REGISTRY IMAGE"
 
 
@@ -130,7 +138,19 @@ def _docker(command: list[str]) -> None:
         raise ImageError(f"image: `{' '.join(command)}` failed (see docker's output above)", EXIT_FAILED)
 
 
-def build(image: str) -> None:
+def require_amd64(machine: str) -> None:
+    """A local build's machine is amd64 (`platform.machine()`), else an ImageError (exit 5)."""
+    if machine.lower() not in AMD64_MACHINES:
+        raise ImageError(
+            f"image: the trainer image is {PLATFORM} only and this machine is {machine}, so a local "
+            "cluster's nodes here could not run it; build on an amd64 machine, or push one for amd64 "
+            "nodes with `make image-push REGISTRY=...`",
+            EXIT_ARCHITECTURE,
+        )
+
+
+def build(image: str, machine: str | None = None) -> None:
+    require_amd64(machine or platform.machine())
     require_buildx()
     _docker(build_command(image, push=False))
     print(f"built {image} (linux/amd64) into the local docker")

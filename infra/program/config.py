@@ -18,6 +18,7 @@ import pulumi
 from pydantic import ValidationError
 
 from infra.program.checks import ConfigError, first_violation
+from infra.program.checks.prerequisites import minio_root_keys
 from infra.program.platform import assume_platform_provides
 from infra.program.settings import PROJECT, SECRET_KEYS, Settings
 from infra.program.settings.base import KEY_PAIRS
@@ -164,7 +165,9 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
     # With a platform stack, the declarations it replaces are checked against its facts when they are
     # read (infra/program/platform.py); every other rule holds here already.
     checked = assume_platform_provides(settings) if settings.platform_stack else settings
-    violation = first_violation(checked, has_keys=bool(present))
+    violation = first_violation(checked, has_keys=bool(present)) or minio_root_keys(
+        settings, {k: raw[f"{prefix}{k}"] for k in present}
+    )
     if violation:
         raise violation
     return settings, bool(present)

@@ -132,17 +132,21 @@ def run_outcome(
     settings: Settings,
     watch: RunWatch | None,
     pods: int = 1,
+    namespace: str | None = None,
+    timeout_seconds: float | None = None,
 ) -> pulumi.Output[str]:
     """The run's outcome: awaited by the program's watch (`infra/program/runwatch.py`: it fails fast on
     a placement that cannot happen; `pods`, how many the job runs at once), or, without one, read from
     the job's recorded status (`failure_gate`). Export it, and gate what must follow a successful run
-    with `after_success`."""
+    with `after_success`. `namespace` and `timeout_seconds` default to the job stack's (`namespace`,
+    `jobWaitTimeoutSeconds`)."""
     if watch is None:
         return failure_gate(job, kind, name, logs)
     from infra.program.runwatch import Target
 
-    target = Target(kind=kind, name=name, namespace=settings.namespace, logs=logs, pods=pods)
-    return watch.outcome(job, target, settings.job_wait_timeout_seconds)
+    where = namespace or settings.namespace
+    target = Target(kind=kind, name=name, namespace=where, logs=logs, pods=pods)
+    return watch.outcome(job, target, timeout_seconds or settings.job_wait_timeout_seconds)
 
 
 T = TypeVar("T")

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 ALL, PLATFORM, JOB, PREREQUISITES = "all", "platform", "job", "prerequisites"
 JOB_ROLES = (ALL, JOB)
 PLATFORM_ROLES = (ALL, PLATFORM)
+NFS_STORAGE = "`prerequisitesStorage` is nfs"
+S3_KEYS = "the S3 key pair or `minioExistingSecret` is set"
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,13 @@ OUTPUTS: dict[str, StackOutput] = {
     "checkpointClaim": StackOutput("The PersistentVolumeClaim holding checkpoints and the model.", JOB_ROLES),
     "storageClass": StackOutput("The StorageClass of the checkpoint volume.", JOB_ROLES),
     "dataStorageClass": StackOutput("The StorageClass of the data volume.", JOB_ROLES),
-    "s3SecretName": StackOutput("The name of the Secret with the S3 key pair (never its values).", JOB_ROLES),
+    "s3SecretName": StackOutput(
+        "The name of the Secret with the S3 key pair (never its values).", JOB_ROLES, S3_KEYS
+    ),
     "s3ReadSecretName": StackOutput(
-        "The name of the Secret the read-only pods (seed, model server) use (never its values).", JOB_ROLES
+        "The name of the Secret the read-only pods (seed, model server) use (never its values).",
+        JOB_ROLES,
+        S3_KEYS,
     ),
     "serviceAccount": StackOutput("The ServiceAccount the job's pods run as.", JOB_ROLES),
     "checkpointDir": StackOutput("The run's directory on the checkpoint volume.", JOB_ROLES),
@@ -93,7 +99,7 @@ OUTPUTS: dict[str, StackOutput] = {
         "Where Kubeflow Trainer v2's manifests come from.", (PLATFORM,), "`trainerInstall`"
     ),
     "kserveSource": StackOutput(
-        "Where KServe's release manifest comes from.", (ALL, PLATFORM, JOB), "`kserveInstall`"
+        "Where KServe's release manifest comes from.", PLATFORM_ROLES, "`kserveInstall`"
     ),
     "gpuDevicePlugin": StackOutput(
         "The NVIDIA device plugin DaemonSet's name.", (PLATFORM,), "`gpuDevicePlugin` is install"
@@ -115,10 +121,12 @@ OUTPUTS: dict[str, StackOutput] = {
         "How the GPU smoke pod ended on the GPU nodes.", PLATFORM_ROLES, "`gpuSmokeNodeSelector`"
     ),
     # A prerequisites stack's addresses.
-    "nfsServer": StackOutput("The in-cluster NFS server's host.", (PREREQUISITES,)),
-    "nfsShare": StackOutput("The NFS share exported.", (PREREQUISITES,)),
-    "storageProvisioner": StackOutput("The CSI provisioner of the NFS StorageClass.", (PREREQUISITES,)),
-    "nfsCsiChart": StackOutput("The csi-driver-nfs Helm chart installed.", (PREREQUISITES,)),
+    "nfsServer": StackOutput("The in-cluster NFS server's host.", (PREREQUISITES,), NFS_STORAGE),
+    "nfsShare": StackOutput("The NFS share exported.", (PREREQUISITES,), NFS_STORAGE),
+    "storageProvisioner": StackOutput(
+        "The CSI provisioner of the NFS StorageClass.", (PREREQUISITES,), NFS_STORAGE
+    ),
+    "nfsCsiChart": StackOutput("The csi-driver-nfs Helm chart installed.", (PREREQUISITES,), NFS_STORAGE),
     "minioEndpoint": StackOutput(
         "The in-cluster MinIO endpoint (`minioEndpoint` of job stacks).", (PREREQUISITES,)
     ),

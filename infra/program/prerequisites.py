@@ -25,6 +25,7 @@ tests/e2e/fixtures/cluster.py builds the cluster tier's fixtures through this mo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -32,11 +33,11 @@ import pulumi_kubernetes as k8s
 from infra.program.config import S3Credentials
 from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from infra.program.jobs import (
-    failure_gate,
     logs_command,
+    no_wait_annotations,
     pod_failure_policy,
     replace_on_any_change,
-    wait_annotations,
+    run_outcome,
 )
 from infra.program.meta import JOB_LABEL, labels
 from infra.program.podspec import base_env, container_security, pod_security, s3_key_env
@@ -54,6 +55,9 @@ from infra.program.settings.prerequisites import (
     NFS_SHARE,
 )
 from infra.program.training_operator import kustomize_source
+
+if TYPE_CHECKING:
+    from infra.program.runwatch import RunWatch
 
 core = k8s.core.v1
 meta = k8s.meta.v1
@@ -308,7 +312,12 @@ class BucketFill(pulumi.ComponentResource):
     failed. Replaced at the next `pulumi up` unless it is Complete (a failed fill runs again)."""
 
     def __init__(
-        self, name: str, settings: Settings, store: ObjectStore, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        settings: Settings,
+        store: ObjectStore,
+        watch: RunWatch | None = None,
+        opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__(f"{PROJECT}:prerequisites:BucketFill", name, {}, opts)
         # After MinIO is Available (the Deployment is awaited) behind its Service, with its Secret.
@@ -319,7 +328,10 @@ class BucketFill(pulumi.ComponentResource):
                 name=FILL_JOB,
                 namespace=store.secret.metadata.namespace,
                 labels=labels(settings, FILL_JOB),
-                annotations={**wait_annotations("Job", FILL_TIMEOUT_SECONDS), REPLACE_UNREADY: "true"},
+                # Awaited by the program (`run_outcome`), which fails at once with one line on a pod
+                # that cannot start (an image it cannot pull, a refused pod) instead of the provider's
+                # wait running out.
+                annotations={**no_wait_annotations(), REPLACE_UNREADY: "true"},
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=FILL_BACKOFF_LIMIT,
@@ -332,7 +344,16 @@ class BucketFill(pulumi.ComponentResource):
             ),
         )
         logs = logs_command(MINIO_NAMESPACE, FILL_JOB, FILL_BACKOFF_LIMIT + 1, follow=False)
-        self.outcome = failure_gate(self.job, "Job", FILL_JOB, logs)
+        self.outcome = run_outcome(
+            self.job,
+            "Job",
+            FILL_JOB,
+            logs,
+            settings,
+            watch,
+            namespace=MINIO_NAMESPACE,
+            timeout_seconds=FILL_TIMEOUT_SECONDS,
+        )
         self.register_outputs({})
 
 
@@ -341,10 +362,12 @@ def nfs_csi_chart(settings: Settings) -> str:
     return kustomize_source(settings.nfs_csi_chart) or NFS_CSI_CHART
 
 
-def build_prerequisites(settings: Settings, credentials: S3Credentials) -> dict[str, pulumi.Input[object]]:
+def build_prerequisites(
+    settings: Settings, credentials: S3Credentials, watch: RunWatch | None = None
+) -> dict[str, pulumi.Input[object]]:
     """Registers the prerequisites; returns the stack outputs: the addresses the job stacks name (no
     secret among them; the NFS ones only with `prerequisitesStorage: nfs`) and the fill Job's outcome
-    (awaited)."""
+    (awaited through `watch`, as a job stack's seed is; without one, read from its recorded status)."""
     storage: dict[str, pulumi.Input[object]] = {}
     if settings.prerequisites_storage == "nfs":
         NfsServer("nfs-server", settings)
@@ -357,7 +380,7 @@ def build_prerequisites(settings: Settings, credentials: S3Credentials) -> dict[
             "nfsCsiChart": chart,
         }
     store = ObjectStore("minio", settings, credentials)
-    fill = BucketFill("mnist-bucket", settings, store)
+    fill = BucketFill("mnist-bucket", settings, store, watch)
     return {
         "stackRole": settings.stack_role,
         **storage,

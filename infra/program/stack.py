@@ -153,7 +153,7 @@ def build(
         from infra.program.prerequisites import build_prerequisites
 
         assert credentials is not None  # checks.prerequisites: the stack's MinIO keys are set
-        return build_prerequisites(settings, credentials)
+        return build_prerequisites(settings, credentials, watch)
     namespace = _namespace(settings)
     # With the job's own policy on (jobNetworkPolicy), the namespace denies by default too.
     deny_all = (default_deny(settings, namespace),) if settings.job_network_policy else ()
@@ -339,14 +339,16 @@ def main() -> None:
 
 
 def live_watch(settings: Settings) -> RunWatch | None:
-    """The watch `pulumi up` waits for the seed and the job with (`infra/program/runwatch.py`), reading
-    the cluster with the provider's kubeconfig and context. In a preview it only reads once, and a
-    cluster the preview cannot reach (as the provider previews without one) leaves the outcomes to the
-    jobs' recorded status."""
+    """The watch `pulumi up` waits for the seed and the job (or a prerequisites stack's bucket fill) with
+    (`infra/program/runwatch.py`), reading the cluster with the provider's kubeconfig and context. In a
+    preview it only reads once, and a cluster the preview cannot reach (as the provider previews without
+    one) leaves the outcomes to the jobs' recorded status."""
     from infra.program.kubeapi import KubeConfigError, provider_reader
     from infra.program.runwatch import RunWatch
 
-    if settings.stack_role in ("platform", "prerequisites") or not (settings.seeds_data or settings.job_wait):
+    if settings.stack_role == "platform":
+        return None
+    if settings.stack_role != "prerequisites" and not (settings.seeds_data or settings.job_wait):
         return None
     previewing = pulumi.runtime.is_dry_run()
     try:

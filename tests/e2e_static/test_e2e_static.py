@@ -41,7 +41,7 @@ CRDS = ROOT.parent / "shared" / "k8s" / "crds"
 VERSION = "1.33.0"  # the kind node image's Kubernetes (.github/workflows/e2e-kind.yml)
 LIVE_WORKER = yaml.safe_load((RECORDED / "mnist-r1-worker-0.yaml").read_text())
 IMAGE = LIVE_WORKER["spec"]["containers"][0]["image"]
-KEYS = ("e2eAKIA", "s3cr3t")
+KEYS = ("e2eAKIA", "s3cr3t-e2e")
 STACKS = {
     "e2e-prerequisites": prerequisites_config(IMAGE, *KEYS),
     "e2e-platform": platform_config(IMAGE),

@@ -12,7 +12,7 @@ from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
 from infra.program.settings import PROJECT
 from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
-from tests.infra.conftest import stack_config
+from tests.infra.conftest import BASE, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
 CANARY_KEY = "canary-Secret-Value-9f8e7d"
@@ -233,6 +233,18 @@ BAD = [
         "upstream's chart)",
     ),
     (
+        {},
+        {"minioAccessKey": "ab", "minioSecretKey": CANARY_KEY},
+        "config ddp-mnist:minioAccessKey=[secret] is invalid: must be at least 3 characters when stackRole "
+        "is prerequisites: it becomes MinIO's root user, and MinIO refuses to start with a shorter one",
+    ),
+    (
+        {},
+        {"minioAccessKey": CANARY_ID, "minioSecretKey": "s3cr3t7"},
+        "config ddp-mnist:minioSecretKey=[secret] is invalid: must be at least 8 characters when stackRole "
+        "is prerequisites: it becomes MinIO's root password, and MinIO refuses to start with a shorter one",
+    ),
+    (
         {"prerequisitesStorage": "efs"},
         KEYS,
         "config ddp-mnist:prerequisitesStorage=efs is invalid: must be one of 'nfs' or 'none'",
@@ -277,3 +289,51 @@ def test_an_existing_secret_is_refused_for_minios_root_keys():
         "config ddp-mnist:minioExistingSecret=minio-creds is invalid: must be empty when stackRole is "
         "prerequisites (MinIO's root keys are minioAccessKey and minioSecretKey)"
     )
+
+
+def test_minios_shortest_root_keys_pass_and_job_stacks_keep_theirs():
+    """MinIO's minimums are bytes (internal/auth/credentials.go counts len() of a Go string): 3 and 8
+    pass, a 2-character user made of 4 bytes passes too; a job stack's key pair, for an S3 store this
+    project does not run, is not held to MinIO's rule."""
+    for keys in (
+        {"minioAccessKey": "abc", "minioSecretKey": "12345678"},
+        {"minioAccessKey": "éé", "minioSecretKey": "123456é"},
+    ):
+        assert render(stack_config(PREREQUISITES, keys)).objects
+    assert render(stack_config(BASE, {"minioAccessKey": "a", "minioSecretKey": "b"})).objects
+
+
+def test_a_fill_job_that_cannot_pull_its_image_fails_up_with_one_line_naming_the_pod():
+    """The bucket fill is awaited by the program's watch, as a job stack's seed is: a fill pod stuck in
+    ImagePullBackOff past the placement bound fails `pulumi up` at once, not when the wait runs out."""
+    from datetime import UTC, datetime, timedelta
+
+    import pulumi
+
+    from infra.program.runwatch import RunWatch
+    from tests.infra.test_runwatch import FakeCluster, job
+
+    now = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
+    scheduled = (now - timedelta(seconds=301)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "ddp-mnist/trainer:dev"'}
+    pod = {
+        "metadata": {"name": "minio-mnist-x7k2p", "creationTimestamp": scheduled},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled}],
+            "containerStatuses": [{"name": "fill", "state": {"waiting": waiting}}],
+        },
+    }
+    cluster = FakeCluster([job("Job")], [pod])
+    watch = RunWatch(cluster, True, 300, poll_seconds=0, log=lambda m, r: None, wall=lambda: now)
+    with pytest.raises(pulumi.RunError) as raised:
+        run_program(stack_config(PREREQUISITES, KEYS), RecordingMocks(), watch=watch)
+    assert str(raised.value) == (
+        "Pod minio/minio-mnist-x7k2p: container fill cannot start after 301s (ImagePullBackOff): Back-off "
+        'pulling image "ddp-mnist/trainer:dev"; more: kubectl -n minio describe pod minio-mnist-x7k2p '
+        "(jobPlacementTimeoutSeconds=300; the Job is left in place: fix the cause and run `pulumi up` again "
+        "to wait for it)"
+    )
+    assert "/apis/batch/v1/namespaces/minio/jobs/minio-mnist" in cluster.paths
+    assert any(p.startswith("/api/v1/namespaces/minio/pods?") and "minio-mnist" in p for p in cluster.paths)

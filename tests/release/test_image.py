@@ -227,3 +227,27 @@ def test_the_build_arguments_name_the_commit_and_the_build_time(monkeypatch) -> 
     ]
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", image.build_time({}))
+
+
+@pytest.mark.parametrize("machine", ["aarch64", "arm64", "ppc64le"])
+def test_a_local_build_on_a_machine_that_is_not_amd64_stops_with_one_line_and_exit_5(
+    machine, monkeypatch, capsys
+):
+    monkeypatch.setattr(image.platform, "machine", lambda: machine)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(image.subprocess, "run", lambda *a, **k: ran.append(a[0]))
+    assert image.main(["build", "ddp-mnist/trainer:dev"]) == 5
+    assert capsys.readouterr().err == (
+        f"image: the trainer image is linux/amd64 only and this machine is {machine}, so a local cluster's "
+        "nodes here could not run it; build on an amd64 machine, or push one for amd64 nodes with "
+        "`make image-push REGISTRY=...`\n"
+    )
+    assert ran == []  # stopped before docker was asked anything
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "AMD64"])
+def test_an_amd64_machine_goes_on_to_docker(machine, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(image.platform, "machine", lambda: machine)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert image.main(["build", "ddp-mnist/trainer:dev"]) == 4  # past the check: no docker here
+    assert capsys.readouterr().err == NO_DOCKER + "\n"

@@ -8,6 +8,15 @@ from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings
 from infra.program.settings.prerequisites import MINIO_ENDPOINT, NFS_SERVER_HOST, NFS_SHARE
 
+# MinIO refuses to start with a root user shorter than 3 bytes or a root password shorter than 8
+# (`auth.CreateCredentials`, internal/auth/credentials.go: accessKeyMinLen, secretKeyMinLen; called by
+# cmd/common-main.go for MINIO_ROOT_USER/MINIO_ROOT_PASSWORD): its pod would crash-loop until the
+# provider's wait ran out, with no cause in `pulumi up`'s output.
+MINIO_ROOT_MINIMUMS = (
+    ("minioAccessKey", 3, "MinIO's root user"),
+    ("minioSecretKey", 8, "MinIO's root password"),
+)
+
 
 def prerequisites(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
     """MinIO's root keys are the stack's secret key pair; the addresses a prerequisites stack states are
@@ -48,3 +57,20 @@ def prerequisites(s: Settings, has_keys: bool) -> Iterator[ConfigError]:
         yield ConfigError(
             "minioTls", True, "false when stackRole is prerequisites: its MinIO serves plain HTTP"
         )
+
+
+def minio_root_keys(s: Settings, keys: dict[str, str]) -> ConfigError | None:
+    """The first of a prerequisites stack's key pair (plaintext, never shown) that MinIO would refuse as
+    its root user or password, or None. Lengths are counted in bytes, as MinIO counts them."""
+    if s.stack_role != "prerequisites":
+        return None
+    for key, minimum, role in MINIO_ROOT_MINIMUMS:
+        if len(keys.get(key, "").encode()) < minimum:
+            return ConfigError(
+                key,
+                keys.get(key),
+                f"at least {minimum} characters when stackRole is prerequisites: it becomes {role}, and "
+                f"MinIO refuses to start with a shorter one",
+                secret=True,
+            )
+    return None
