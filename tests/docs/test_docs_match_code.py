@@ -249,3 +249,65 @@ def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other
     verbs = {"get", "list", "watch", "create", "update", "patch", "delete", "ddp-mnist-job-reader"}
     assert set(re.findall(r"`([a-z0-9.-]+)`", writes)) - verbs == names(True)
     assert set(re.findall(r"`([a-z0-9.-]+)`", reads)) - verbs == names(False)
+
+
+# --- pins and who creates what -------------------------------------------------------------------
+
+# How prose names a package pyproject.toml pins: "the pinned pulumi-kubernetes 4.25.0", "`pulumi-kubernetes`
+# is pinned at 4.25.0", "the SDK is pinned at 3.272.0", "the pinned torch 2.13.0".
+PIN_NAMES = {"pulumi-kubernetes": "pulumi-kubernetes", "SDK": "pulumi", "pulumi": "pulumi", "torch": "torch"}
+PIN_CLAIM = re.compile(
+    r"(?:the pinned `?(?P<a>pulumi-kubernetes|pulumi|torch)`? v?(?P<av>\d+\.\d+\.\d+))"
+    r"|(?:`?(?P<b>pulumi-kubernetes|SDK|torch|pulumi)`? (?:is )?pinned at v?(?P<bv>\d+\.\d+\.\d+))"
+)
+
+
+def _pyproject_pins() -> dict[str, str]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    deps = [*pyproject["project"].get("dependencies", [])]
+    deps += [d for group in pyproject["project"]["optional-dependencies"].values() for d in group]
+    return {m[1].lower(): m[2] for d in deps if (m := re.match(r"([A-Za-z0-9_.-]+)==([\d.]+)$", d))}
+
+
+def test_a_version_quoted_as_our_pin_is_pyprojects_pin():
+    """The class of claim that drifted (a provider pin quoted that pyproject.toml does not have): every
+    version the prose calls pinned, for a package pyproject.toml pins, is that pin."""
+    pins = _pyproject_pins()
+    claims = [
+        (PIN_NAMES[m["a"] or m["b"]], m["av"] or m["bv"])
+        for m in PIN_CLAIM.finditer(" ".join(WRITTEN.split()))
+    ]
+    assert len(claims) >= 3, claims
+    assert [(name, version) for name, version in claims if pins[name] != version] == []
+
+
+def test_the_pulumi_cli_version_the_docs_name_is_one_a_workflow_or_the_tier_runs():
+    from infra.offline.realcluster.parts import PULUMI_VERSION
+
+    workflows = "\n".join(p.read_text() for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    run = set(re.findall(r"pulumi-version: (\d+\.\d+\.\d+)", workflows)) | {PULUMI_VERSION}
+    named = set(re.findall(r"Pulumi CLI[^.]{0,40}?\b(\d+\.\d+\.\d+)", " ".join(WRITTEN.split())))
+    named |= set(re.findall(r"Pulumi CLI[^.]{0,40}?\b(\d+\.\d+\.\d+)", " ".join(CONTRIBUTING.split())))
+    assert named and named <= run, (named, run)
+
+
+def _created_classes(stack: str) -> set[str]:
+    from infra.offline.manifest import render
+
+    return {o["metadata"]["name"] for o in render(load_stack(stack)).objects if o["kind"] == "StorageClass"}
+
+
+def test_the_stack_clouds_md_says_creates_the_storage_classes_creates_them_and_no_other_does():
+    """ "`gke-platform` creates the Filestore classes (...): `a` and `b`" against the rendered stacks; the
+    job stacks the page says name them create none."""
+    text = " ".join(page("docs/CLOUDS.md").split())
+    said = re.findall(
+        r"`([a-z]+-platform)` creates the [A-Za-z ]+ classes \(.*?\)[:,]? `([a-z-]+)` and `([a-z-]+)`", text
+    )
+    assert {stack for stack, *_ in said} == {"gke-platform", "eks-platform", "aks-platform"}
+    for stack, *classes in said:
+        assert _created_classes(stack) == set(classes), stack
+    named = re.findall(r"`([a-z]+-gpu)` names them", text)
+    assert set(named) == {"eks-gpu", "aks-gpu"}
+    for stack in [*named, "gke-gpu", "gke-trainjob"]:
+        assert _created_classes(stack) == set(), stack

@@ -23,7 +23,7 @@ from infra.offline.realcluster.node import __main__ as real_node_cli
 from infra.offline.reference import __main__ as reference_cli
 from infra.offline.reference import exitcodes, maketargets
 from infra.offline.reference.reads import run_stack, shipped_runs
-from infra.offline.stackconfig import from_mapping
+from infra.offline.stackconfig import StackConfig, from_mapping, load_stack
 from infra.program.outputs import OUTPUTS, outputs_of
 from infra.program.settings import PROJECT
 from trainer import cli as trainer_cli
@@ -190,6 +190,22 @@ def test_every_registered_output_is_exported_by_some_configuration(runs):
     )
     exported = set().union(*(run.outputs for run in runs), run_stack(patching).outputs)
     assert exported == set(OUTPUTS)
+
+
+def test_an_output_said_to_be_always_exported_is_exported_by_every_stack_of_its_roles(runs):
+    """The reference's "always" is a claim about every configuration of a role: each shipped stack, and
+    the prerequisites stack without its NFS storage (`prerequisitesStorage: none`), exports it."""
+    prereqs = load_stack("dev-prereqs")
+    without_nfs = StackConfig(
+        "dev-prereqs-none", {**prereqs.values, f"{PROJECT}:prerequisitesStorage": "none"}, prereqs.secret_keys
+    )
+    missing = {
+        (run.stack, name)
+        for run in [*runs, run_stack(without_nfs)]
+        for name, output in OUTPUTS.items()
+        if not output.when and run.role in output.roles and name not in run.outputs
+    }
+    assert missing == set()
 
 
 def test_a_key_is_read_by_a_role_only_where_its_value_is_used(runs):

@@ -57,6 +57,61 @@ def test_the_site_builds_strict(tmp_path):
 
     names = [f.alias for f in Settings.model_fields.values()] + list(SECRET_KEYS) + list(OUTPUTS)
     assert [n for n in names if n not in search] == []
+    assert offsite_loads(tmp_path / "site") == []
+    overview = (tmp_path / "site" / "overview" / "index.html").read_text()
+    assert (
+        '<img alt="The stack roles and the data flow' in overview
+        and 'src="../assets/overview.svg"' in overview
+    )
+
+
+# What a page makes the browser fetch: scripts, stylesheets, fonts, images, frames; and what a
+# stylesheet imports. A plain link (`<a href>`) is not fetched.
+FETCHED = re.compile(
+    r"<(?:script|img|iframe|source|video|audio|embed)\b[^>]*?\bsrc=[\"']?(?P<src>[^\"'\s>]+)"
+    r"|<link\b[^>]*?\bhref=[\"']?(?P<href>[^\"'\s>]+)",
+    re.IGNORECASE,
+)
+CSS_URL = re.compile(r"(?:@import\s+(?!url\()|url\()\s*[\"']?(?P<url>[^\"')\s;]+)")
+
+
+def offsite_loads(site: Path) -> list[str]:
+    """Every fetch a built page or stylesheet would make to another host (http:, https: or //host)."""
+    found = []
+    for path in sorted(site.rglob("*")):
+        if path.suffix == ".html":
+            text = path.read_text()
+            urls = [m["src"] or m["href"] for m in FETCHED.finditer(text)]
+            urls += [
+                m["url"]
+                for m in CSS_URL.finditer(" ".join(re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)))
+            ]
+            urls += re.findall(r"\bdata-md-component=[\"']?(source)\b", text)  # the theme's repository facts
+        elif path.suffix in (".css", ".svg"):
+            urls = [m["url"] for m in CSS_URL.finditer(path.read_text())]
+        else:
+            continue
+        found += [
+            f"{path.relative_to(site)}: {u}" for u in urls if u == "source" or re.match(r"(?:https?:)?//", u)
+        ]
+    return found
+
+
+def test_the_offsite_check_finds_what_a_page_would_fetch(tmp_path):
+    page = tmp_path / "p" / "index.html"
+    page.parent.mkdir()
+    page.write_text(
+        '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
+        '<script src=//cdn.example/x.js></script><a href="https://github.com/x">repo</a>'
+        '<img src="../assets/overview.svg"><style>@import url("https://fonts.example/f.css");</style>'
+    )
+    (tmp_path / "a.css").write_text("body{background:url(https://img.example/b.png)} i{src:url(f.woff2)}")
+    assert offsite_loads(tmp_path) == [
+        "a.css: https://img.example/b.png",
+        "p/index.html: https://fonts.googleapis.com/css?family=Roboto",
+        "p/index.html: //cdn.example/x.js",
+        "p/index.html: https://fonts.example/f.css",
+    ]
 
 
 def nav_pages(nav) -> list[str]:
@@ -215,3 +270,55 @@ def test_no_hand_written_paragraph_runs_over_ten_lines():
 def test_the_paragraph_reader_counts_prose_not_lists_or_code():
     text = "intro\n\n" + "word\n" * 11 + "\n- item\n  more\n- next\n\n```sh\n" + "x\n" * 20 + "```\n"
     assert [(start, len(lines)) for start, lines in paragraphs(text)] == [(1, 1), (3, 11), (15, 2), (17, 1)]
+
+
+def test_the_tutorials_cluster_is_the_version_the_stacks_target_and_the_kind_workflow_pins():
+    """kind's node image is the e2e-kind workflow's, by digest; minikube's version is the same; both are
+    the `kubernetesVersion` the dev stacks target."""
+    from infra.offline.stackconfig import load_stack
+    from infra.program.settings import PROJECT
+
+    lines = [" ".join(argv) for name, argv in tutorial_commands() if name == "first-deploy.md"]
+    (kind,) = [line for line in lines if line.startswith("kind create cluster")]
+    (minikube,) = [line for line in lines if line.startswith("minikube start")]
+    workflow = (ROOT / ".github" / "workflows" / "e2e-kind.yml").read_text()
+    (pinned,) = re.findall(r"node_image: (\S+)", workflow)
+    assert kind == f"kind create cluster --image {pinned}"
+    assert re.fullmatch(r"kindest/node:v[\d.]+@sha256:[0-9a-f]{64}", pinned)
+    version = pinned.split(":v", 1)[1].split("@", 1)[0]
+    assert f"--kubernetes-version=v{version}" in minikube.split()
+    assert "--cni=calico" in minikube.split()  # a CNI that enforces NetworkPolicy
+    for stack in ("dev", "dev-prereqs"):
+        target = load_stack(stack).values[f"{PROJECT}:kubernetesVersion"]
+        assert version.startswith(f"{target}."), (stack, target, version)
+
+
+def test_the_overview_diagram_is_a_self_contained_svg_that_names_every_stack_role():
+    """Parsed as XML (a browser shows nothing of a malformed SVG); no reference to another file or host;
+    a title and a description for screen readers; each role and each step of the run on it."""
+    import xml.etree.ElementTree as ET
+
+    svg = (DOCS / "assets" / "overview.svg").read_text()
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert (
+        root.tag == f"{ns}svg" and root.find(f"{ns}title") is not None and root.find(f"{ns}desc") is not None
+    )
+    refs = [v for el in root.iter() for k, v in el.attrib.items() if k.endswith("href") or k == "src"]
+    assert refs == [] and "url(http" not in svg and "@import" not in svg
+    text = " ".join(el.text or "" for el in root.iter(f"{ns}text"))
+    for shown in (
+        "prerequisites stack",
+        "platform stack",
+        "job stack",
+        "stackRole all",
+        "MinIO",
+        "fill Job",
+        "seed Job",
+        "data claim",
+        "training job",
+        "checkpoint claim",
+        "model server",
+        "client",
+    ):
+        assert shown in text, shown

@@ -1,6 +1,7 @@
 """The reference pages generated from the code: `python -m infra.offline.reference [--check]`.
 
-docs/reference/configuration.md (the settings model), outputs.md (infra/program/outputs.py),
+docs/reference/configuration.md (the settings model), outputs.md (infra/program/outputs.py), stacks.md
+(each shipped stack's rendering),
 exit-codes.md (each command's code table), policy.md (the policy pack's rules) and make-targets.md (the
 Makefile's `## ` comments) are written from the definitions they describe, the way
 `python -m infra.program.schema` writes Pulumi.yaml; `--check` compares without writing, and
@@ -34,11 +35,12 @@ def header(source: str) -> str:
 
 def builders() -> dict[str, Callable[[], str]]:
     """Page file name -> the function that writes its text."""
-    from infra.offline.reference import configuration, exitcodes, maketargets, outputs, policy
+    from infra.offline.reference import configuration, exitcodes, maketargets, outputs, policy, stacks
 
     return {
         "configuration.md": configuration.page,
         "outputs.md": outputs.page,
+        "stacks.md": stacks.page,
         "exit-codes.md": exitcodes.page,
         "policy.md": policy.page,
         "make-targets.md": maketargets.page,
