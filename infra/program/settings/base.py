@@ -42,8 +42,10 @@ GPU_DEVICE_PLUGIN_IMAGE = (
 
 # Config keys that hold secrets: read with `require_secret`, never part of the plain model.
 SECRET_KEYS = {
-    "minioAccessKey": "S3/MinIO access key id; set with `pulumi config set --secret minioAccessKey`.",
-    "minioSecretKey": "S3/MinIO secret access key; set with `pulumi config set --secret minioSecretKey`.",
+    "minioAccessKey": "S3/MinIO access key id; set with `pulumi config set --secret minioAccessKey`. In a "
+    "prerequisites stack, MinIO's root user: at least 3 characters.",
+    "minioSecretKey": "S3/MinIO secret access key; set with `pulumi config set --secret minioSecretKey`. "
+    "In a prerequisites stack, MinIO's root password: at least 8 characters.",
     "minioReadAccessKey": "A read-only S3 key id for the pods that only read (the seed Job, the model "
     "server): the Secret ddp-mnist-s3-read; set with `pulumi config set --secret minioReadAccessKey`.",
     "minioReadSecretKey": "Its secret access key; set with `pulumi config set --secret minioReadSecretKey`.",

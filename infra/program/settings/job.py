@@ -43,7 +43,9 @@ class JobSettings(SettingsGroup):
     job_image: str = key(
         "jobImage",
         "ghcr.io/ddp-mnist/trainer:0.1.0",
-        "Trainer image, pinned by tag or digest (':latest' and untagged are rejected).",
+        "Trainer image, pinned by tag or digest (':latest' and untagged are rejected). The training, seed, "
+        "model-server and TensorBoard containers run it, and a prerequisites stack's bucket fill; the "
+        "default is the release image (docs/RELEASE.md): until one is published, build and set your own.",
     )
     job_image_pull_policy: Literal["auto", "IfNotPresent", "Always", "Never"] = key(
         "jobImagePullPolicy",

@@ -21,7 +21,12 @@ from infra.program.settings.base import (
 class JobResourceSettings(SettingsGroup):
     """CPU, memory and /dev/shm of each job pod."""
 
-    job_cpu_request: str = key("jobCpuRequest", "2", "CPU request per pod (a quantity).")
+    job_cpu_request: str = key(
+        "jobCpuRequest",
+        "2",
+        "CPU request of each training pod (a quantity, such as 500m): what the scheduler reserves on its "
+        "node, and with jobProcsPerNode what sets each rank's threads; a CPU limit is jobCpuLimit's.",
+    )
     job_cpu_limit: str = key("jobCpuLimit", "", "CPU limit per pod (a quantity); empty sets none.")
     job_memory_request: str = key("jobMemoryRequest", "2Gi", "Memory request per pod (a quantity).")
     job_memory_limit: str = key("jobMemoryLimit", "4Gi", "Memory limit per pod (a quantity).")
