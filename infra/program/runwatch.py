@@ -128,6 +128,13 @@ class RunWatch:
         """Polls until the run ended, its placement failed, or the timeout; see the module's docstring."""
         start = self.clock()
         last_line, last_logged, unreachable_since = "", start, None
+        if self.wait:
+            # What a person can run in another terminal while `pulumi up` waits (the stack's logsCommand
+            # output exists only once `up` has ended).
+            self.log(
+                f"waiting for {target.kind} {target.namespace}/{target.name}; its logs: {target.logs}",
+                resource,
+            )
         while True:
             try:
                 snapshot = await asyncio.to_thread(read_snapshot, self.reader, target)

@@ -202,6 +202,7 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
     stood_in = {key for key in STAND_INS for line in lines if line == key or line.startswith(key)}
     assert stood_in == set(STAND_INS), "a line this test stands in for is no longer on the page"
     cleaned_up = False
+    ups = 0
     try:
         for line in lines:
             if line.startswith(KIND_CREATE):
@@ -223,6 +224,21 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
                     [1, 10],
                 )
                 assert (outputs["labels"]["datatype"], outputs["labels"]["shape"]) == ("INT64", [1])
+            elif line == "pulumi up":
+                # The page tells the reader to paste the logs command `up` names while it waits.
+                out = reader.run(line)
+                waited = re.findall(r"waiting for (\S+ \S+); its logs: (kubectl -n \S+ logs -l \S+)", out)
+                assert waited, out[-4000:]
+                ups += 1
+                expected = (
+                    {"Job minio/minio-mnist"}
+                    if ups == 1
+                    else {
+                        f"Job {DEV_NAMESPACE}/ddp-mnist-seed",
+                        f"PyTorchJob {DEV_NAMESPACE}/mnist-r1",
+                    }
+                )
+                assert {w for w, _ in waited} >= expected, waited
             elif line == "pulumi destroy --stack dev":
                 reader.stop_background()
                 # Before the page's clean-up: what the dev path produced, read from what ran.

@@ -481,3 +481,20 @@ def test_a_job_fails_the_wait_at_its_failure_target_before_its_other_pods_have_e
     # Only a batch/v1 Job has that condition; the operators' kinds end on Failed alone.
     assert "FailureTarget" not in wait_annotations("PyTorchJob", 60)["pulumi.com/waitFor"]
     assert job_outcome(deciding, "PyTorchJob", "mnist-r1", logs) == "unknown (not awaited)"
+
+
+def test_the_wait_first_says_what_it_waits_for_and_the_command_that_shows_its_logs_meanwhile():
+    """`pulumi stack output logsCommand` exists only once `up` has ended: the wait names the logs
+    command on its first line, for another terminal. A preview (no wait) says nothing of it."""
+    for wait, expected in ((True, [f"waiting for PyTorchJob {NS}/mnist-r1; its logs: {LOGS}"]), (False, [])):
+        lines: list[str] = []
+        watch = RunWatch(
+            FakeCluster([done()]),
+            wait,
+            300,
+            poll_seconds=0,
+            log=lambda m, r, lines=lines: lines.append(m),
+            wall=lambda: NOW,
+        )
+        assert _run(watch.until_ended(None, Target("PyTorchJob", "mnist-r1", NS, LOGS), 60)) == "Succeeded"
+        assert lines == expected
