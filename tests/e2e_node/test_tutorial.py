@@ -87,6 +87,17 @@ def page_lines() -> list[str]:
     return lines
 
 
+def text_blocks(text: str) -> list[str]:
+    """The contents of the page's ```text blocks (what it shows a command printing)."""
+    return re.findall(r"^```text\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def shown_matches(shown: str, got: str) -> bool:
+    """`got` is what the page shows, each `…` standing for any text."""
+    pattern = ".*?".join(re.escape(part) for part in shown.split("…"))
+    return re.fullmatch(pattern, got, re.DOTALL) is not None
+
+
 def filled(line: str, values: dict[str, str]) -> str:
     """`line` with each placeholder replaced by the reader's value; a placeholder nobody fills fails."""
     unknown = [p for p in PLACEHOLDER.findall(line) if p not in values]
@@ -203,6 +214,7 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
     assert stood_in == set(STAND_INS), "a line this test stands in for is no longer on the page"
     cleaned_up = False
     ups = 0
+    answers: list[str] = []
     try:
         for line in lines:
             if line.startswith(KIND_CREATE):
@@ -216,8 +228,11 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
                 reader.start(line)
             elif line in SECRET_PROMPTS:
                 reader.run(line, stdin=SECRET_PROMPTS[line])
-            elif line.startswith("curl ") and "/infer" in line:
-                answer = json.loads(reader.run(filled(line, values)))
+            elif line.startswith("curl "):
+                answers.append(reader.run(filled(line, values)))
+                if "/infer" not in line:
+                    continue
+                answer = json.loads(answers[-1])
                 outputs = {o["name"]: o for o in answer["outputs"]}
                 assert (outputs["probabilities"]["datatype"], outputs["probabilities"]["shape"]) == (
                     "FP32",
@@ -248,6 +263,11 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
             else:
                 reader.run(filled(line, values))
         cleaned_up = True
+        # The answers the page shows after its curls, `…` standing for what differs from run to run.
+        (shown,) = [b for b in text_blocks(PAGE.read_text()) if b.startswith('{"name":"mnist","ready"')]
+        assert len(answers) == len(shown.splitlines()) == 3
+        for expected, got in zip(shown.splitlines(), answers, strict=True):
+            assert shown_matches(expected, got.strip()), (expected, got)
     finally:
         reader.stop_background()
         if not cleaned_up:
