@@ -149,8 +149,8 @@ def require_amd64(machine: str) -> None:
         )
 
 
-def build(image: str, machine: str | None = None) -> None:
-    require_amd64(machine or platform.machine())
+def build(image: str) -> None:
+    require_amd64(platform.machine())
     require_buildx()
     _docker(build_command(image, push=False))
     print(f"built {image} (linux/amd64) into the local docker")

@@ -76,24 +76,21 @@ CSS_URL = re.compile(r"(?:@import\s+(?!url\()|url\()\s*[\"']?(?P<url>[^\"')\s;]+
 
 
 def offsite_loads(site: Path) -> list[str]:
-    """Every fetch a built page or stylesheet would make to another host (http:, https: or //host)."""
+    """Every fetch a built page or stylesheet would make to another host (http:, https: or //host), and
+    the theme's repository widget (with `repo_url` its script asks GitHub's API for stars and forks)."""
     found = []
     for path in sorted(site.rglob("*")):
-        if path.suffix == ".html":
-            text = path.read_text()
-            urls = [m["src"] or m["href"] for m in FETCHED.finditer(text)]
-            urls += [
-                m["url"]
-                for m in CSS_URL.finditer(" ".join(re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)))
-            ]
-            urls += re.findall(r"\bdata-md-component=[\"']?(source)\b", text)  # the theme's repository facts
-        elif path.suffix in (".css", ".svg"):
-            urls = [m["url"] for m in CSS_URL.finditer(path.read_text())]
-        else:
+        if path.suffix not in (".html", ".css", ".svg"):
             continue
-        found += [
-            f"{path.relative_to(site)}: {u}" for u in urls if u == "source" or re.match(r"(?:https?:)?//", u)
-        ]
+        text = path.read_text()
+        styles = re.findall(r"<style[^>]*>(.*?)</style>", text, re.S)
+        css = " ".join(styles) if path.suffix == ".html" else text
+        urls = [m["url"] for m in CSS_URL.finditer(css)]
+        if path.suffix == ".html":
+            urls = [m["src"] or m["href"] for m in FETCHED.finditer(text)] + urls
+            if re.search(r"\bdata-md-component=[\"']?source\b", text):
+                urls.append("//api.github.com (the theme's repository widget)")
+        found += [f"{path.relative_to(site)}: {u}" for u in urls if re.match(r"(?:https?:)?//", u)]
     return found
 
 
@@ -104,6 +101,7 @@ def test_the_offsite_check_finds_what_a_page_would_fetch(tmp_path):
         '<link rel="stylesheet" href="https://fonts.googleapis.com/css?family=Roboto">'
         '<script src=//cdn.example/x.js></script><a href="https://github.com/x">repo</a>'
         '<img src="../assets/overview.svg"><style>@import url("https://fonts.example/f.css");</style>'
+        '<div data-md-component="source"></div>'
     )
     (tmp_path / "a.css").write_text("body{background:url(https://img.example/b.png)} i{src:url(f.woff2)}")
     assert offsite_loads(tmp_path) == [
@@ -111,6 +109,7 @@ def test_the_offsite_check_finds_what_a_page_would_fetch(tmp_path):
         "p/index.html: https://fonts.googleapis.com/css?family=Roboto",
         "p/index.html: //cdn.example/x.js",
         "p/index.html: https://fonts.example/f.css",
+        "p/index.html: //api.github.com (the theme's repository widget)",
     ]
 
 
