@@ -9,8 +9,14 @@ user too.
 
 The DaemonSet is upstream's static manifest (NVIDIA/k8s-device-plugin v0.19.3
 `deployments/static/nvidia-device-plugin.yml`) with what a mixed cluster needs on top:
-- it tolerates every taint (upstream tolerates `nvidia.com/gpu` only; AKS taints its GPU pools
-  `sku=gpu:NoSchedule`, and a stack may use any taint), so it reaches every GPU node;
+- it tolerates `nvidia.com/gpu` (upstream's) and the GPU pools' own taints, gpuNodeTolerations (AKS
+  taints its GPU pools `sku=gpu:NoSchedule`), nothing else: a node being drained or cordoned
+  (`node.kubernetes.io/unschedulable`), a control-plane node or another team's tainted pool gets no pod;
+- it runs on Linux nodes only (`kubernetes.io/os: linux`), and leaves the nodes whose plugin another
+  installer manages: the GPU Operator's (labelled `nvidia.com/gpu.deploy.device-plugin=true`, the
+  label its own plugin DaemonSet selects) and GKE's GPU nodes (`cloud.google.com/gke-accelerator`,
+  which GKE's `nvidia-gpu-device-plugin` selects). Two plugins registering `nvidia.com/gpu` on one node
+  replace each other's registration at the kubelet;
 - `FAIL_ON_INIT_ERROR=false`: on a node without an NVIDIA GPU the plugin finds no device and idles
   instead of crash-looping (upstream README, "fail-on-init-error");
 - the image pinned by digest, a seccomp profile, small requests.
@@ -29,6 +35,7 @@ import pulumi_kubernetes as k8s
 
 from infra.program.jobs import _field
 from infra.program.meta import labels
+from infra.program.scheduling import GPU_TOLERATION, tolerations
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 
 core = k8s.core.v1
@@ -43,10 +50,39 @@ GPU_WAIT_SECONDS = 1200
 GPU_TTL_SECONDS = 600  # the finished Job (and its pod) is deleted after this
 
 
+# Nodes whose device plugin another installer manages: the GPU Operator's, GKE's.
+MANAGED_ELSEWHERE = (
+    core.NodeSelectorRequirementArgs(
+        key="nvidia.com/gpu.deploy.device-plugin", operator="NotIn", values=["true"]
+    ),
+    core.NodeSelectorRequirementArgs(key="cloud.google.com/gke-accelerator", operator="DoesNotExist"),
+)
+
+
+def gpu_node_tolerations(settings: Settings) -> list[dict[str, str]]:
+    """What the plugin and the GPU smoke pod tolerate: nvidia.com/gpu and gpuNodeTolerations."""
+    extra = tolerations(settings.gpu_node_tolerations)
+    return [dict(GPU_TOLERATION), *(t for t in extra if t != GPU_TOLERATION)]
+
+
 def device_plugin_pod_spec(settings: Settings) -> core.PodSpecArgs:
-    """The plugin's pod: upstream's container, tolerating every taint, idle on nodes without a GPU."""
+    """The plugin's pod: upstream's container on the Linux GPU nodes no other installer manages,
+    tolerating their taints, idle on nodes without a GPU."""
     return core.PodSpecArgs(
-        tolerations=[core.TolerationArgs(operator="Exists")],
+        node_selector={"kubernetes.io/os": "linux"},
+        affinity=core.AffinityArgs(
+            node_affinity=core.NodeAffinityArgs(
+                required_during_scheduling_ignored_during_execution=core.NodeSelectorArgs(
+                    node_selector_terms=[core.NodeSelectorTermArgs(match_expressions=list(MANAGED_ELSEWHERE))]
+                )
+            )
+        ),
+        tolerations=[
+            core.TolerationArgs(
+                key=t["key"], operator=t["operator"], value=t.get("value"), effect=t["effect"]
+            )
+            for t in gpu_node_tolerations(settings)
+        ],
         priority_class_name="system-node-critical",
         automount_service_account_token=False,
         security_context=core.PodSecurityContextArgs(
@@ -101,8 +137,9 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
 
 
 def gpu_job_spec(settings: Settings) -> dict[str, Any]:
-    """One pod on the GPU nodes (gpuSmokeNodeSelector) asking for one nvidia.com/gpu, tolerating every
-    taint, never retried; a pod that never starts fails the Job at its deadline (DeadlineExceeded)."""
+    """One pod on the GPU nodes (gpuSmokeNodeSelector) asking for one nvidia.com/gpu, tolerating their
+    taints (gpuNodeTolerations), never retried; a pod that never starts fails the Job at its deadline
+    (DeadlineExceeded)."""
     from infra.program.scheduling import node_selector
     from infra.program.smoke import smoke_pod  # the smoke check's restricted pod (it imports this module)
 
@@ -113,7 +150,7 @@ def gpu_job_spec(settings: Settings) -> dict[str, Any]:
     template["spec"] |= {
         "restartPolicy": "Never",
         "nodeSelector": node_selector(settings.gpu_smoke_node_selector),
-        "tolerations": [{"operator": "Exists"}],
+        "tolerations": gpu_node_tolerations(settings),
     }
     return {
         "backoffLimit": 0,

@@ -25,11 +25,12 @@ flavorassigner.go`: a resource outside the ClusterQueue's resourceGroups is "una
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.program import scheduling
 from infra.program.isolation import dns_egress, egress_to, job_pods, public_internet, s3_destination
 from infra.program.jobs import (
     logs_command,
@@ -62,6 +63,9 @@ SEED_CPU_REQUEST = "250m"
 SEED_MEMORY_REQUEST = "256Mi"
 SEED_MEMORY_LIMIT = "512Mi"
 HTTPS = 443
+# MNIST is 11 MB: a seed still running after this (a source that stalls without failing) fails, so a
+# stuck seed never holds a node, a GPU node with it, for long.
+SEED_DEADLINE_SECONDS = 1800
 REPLACE_UNREADY = "pulumi.com/replaceUnready"
 
 
@@ -120,14 +124,23 @@ def seed_pod_template(
                 *ca_volumes,
             ],
             restart_policy="Never",
-            # A zonal volume is created where its first consumer runs: the seed, on the job's nodes.
-            **(job_node_pods(settings) if binds_at_first_consumer(settings) else {}),
+            **seed_placement(settings),
             service_account_name=service_account,
             automount_service_account_token=False,
             enable_service_links=False,
             security_context=pod_security(settings),
         ),
     )
+
+
+def seed_placement(settings: Settings) -> dict[str, Any]:
+    """Where the seed runs (PodSpecArgs keywords): seedNodeSelector's nodes (a CPU pool), tolerating
+    nothing, so it never scales a GPU node up for a copy; else the job's nodes when the claims bind
+    WaitForFirstConsumer (a zonal volume is created where its first consumer runs, so the seed's node
+    decides the zone the training pods must then run in); else anywhere."""
+    if settings.seed_node_selector:
+        return {"node_selector": scheduling.node_selector(settings.seed_node_selector)}
+    return job_node_pods(settings) if binds_at_first_consumer(settings) else {}
 
 
 def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
@@ -197,6 +210,7 @@ class DataSeed(pulumi.ComponentResource):
             ),
             spec=k8s.batch.v1.JobSpecArgs(
                 backoff_limit=settings.seed_backoff_limit,
+                active_deadline_seconds=SEED_DEADLINE_SECONDS,
                 # Bad flags, bad data, rejected credentials fail at once; an unreachable source retries.
                 pod_failure_policy=pod_failure_policy(CONTAINER),
                 template=seed_pod_template(settings, data_claim, secret_name, service_account),

@@ -311,3 +311,33 @@ def test_the_stack_clouds_md_says_creates_the_storage_classes_creates_them_and_n
     assert set(named) == {"eks-gpu", "aks-gpu"}
     for stack in [*named, "gke-gpu", "gke-trainjob"]:
         assert _created_classes(stack) == set(), stack
+
+
+def test_what_a_run_can_hold_at_most_is_each_gpu_stacks_config_and_every_one_waits():
+    """docs/CLOUDS.md's worst-case table against the stacks: nodes, GPUs, deadline, retries, and the
+    node-hours the deadline allows; a GPU stack that does not wait for its run fails."""
+    fields = Settings.model_fields
+
+    def value(values: dict[str, Any], key: str, field: str) -> Any:
+        return values.get(f"{PROJECT}:{key}", fields[field].default)
+
+    rows = {row[0]: row[1:] for row in table(page("docs/CLOUDS.md"), "Stack")}
+    gpu_stacks = set()
+    for name in stack_names():
+        values = load_stack(name).values
+        gpus = int(value(values, "jobGpusPerNode", "job_gpus_per_node"))
+        if values.get(f"{PROJECT}:stackRole") == "platform" or not gpus:
+            continue
+        gpu_stacks.add(f"`{name}`")
+        nodes = int(value(values, "jobNodes", "job_nodes"))
+        deadline = int(value(values, "jobActiveDeadlineSeconds", "job_active_deadline_seconds"))
+        retries = int(value(values, "jobBackoffLimit", "job_backoff_limit"))
+        assert str(value(values, "jobWait", "job_wait")).lower() == "true", name
+        assert rows[f"`{name}`"] == [
+            str(nodes),
+            str(nodes * gpus),
+            f"{deadline} s",
+            str(retries),
+            f"{nodes * deadline // 3600} node-hours",
+        ], name
+    assert set(rows) == gpu_stacks

@@ -54,6 +54,7 @@ def platform_config() -> dict[str, str]:
         "ddp-mnist:priorityClasses": json.dumps([f"{PRIORITY_CLASS}={PRIORITY}"]),
         "ddp-mnist:gpuDevicePlugin": "install",  # as eks-platform's and aks-platform's
         "ddp-mnist:gpuSmokeNodeSelector": json.dumps(["node.kubernetes.io/instance-type=g5.12xlarge"]),
+        "ddp-mnist:gpuNodeTolerations": json.dumps(["sku=gpu:NoSchedule"]),  # as aks-platform's
     }
 
 

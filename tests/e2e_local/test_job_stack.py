@@ -154,10 +154,16 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     assert live.exists("crd", "pytorchjobs.kubeflow.org")
     deployment = live.get("deployment", "training-operator", "kubeflow")
     assert deployment["status"].get("availableReplicas") == 1
-    # The NVIDIA device plugin on every node (its pods run no process under KWOK; the DaemonSet
-    # controller placed one on each node, tainted GPU pools included, and `up` awaited the rollout).
+    # The NVIDIA device plugin on the nodes no other installer manages (its pods run no process under
+    # KWOK): the real DaemonSet controller placed one on the CPU, EKS and AKS nodes, the tainted GPU pools
+    # included, and none on GKE's GPU nodes (GKE's own plugin); `up` awaited the rollout.
     plugin = live.get("daemonset", "nvidia-device-plugin-daemonset", "kube-system")["status"]
-    assert plugin["numberReady"] == plugin["desiredNumberScheduled"] == len(live.items("node", "default"))
+    pools = [n["metadata"]["labels"].get("ddp-mnist.local/pool") for n in live.items("node", "default")]
+    expected = sum(pool in ("cpu", "eks-g5", "aks-gpunp") for pool in pools)
+    assert plugin["numberReady"] == plugin["desiredNumberScheduled"] == expected == len(pools) - 4
+    plugin_pods = live.items("pod", "kube-system", "name=nvidia-device-plugin-ds")
+    placed = {p["spec"]["nodeName"].rsplit("-", 1)[0] for p in plugin_pods}
+    assert placed == {"kwok-cpu", "kwok-eks-g5", "kwok-aks-gpunp"}, placed
     assert outputs["gpuDevicePlugin"] == "nvidia-device-plugin-daemonset"
     # The GPU smoke pod was scheduled on an eks-g5 node (it asked for a GPU; the real scheduler placed it).
     assert outputs["gpuSmokeCheck"] == "Complete"

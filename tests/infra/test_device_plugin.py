@@ -32,7 +32,8 @@ def test_the_plugin_is_upstreams_daemonset_by_digest_on_every_node_idle_without_
     (container,) = pod["containers"]
     assert container["image"] == GPU_DEVICE_PLUGIN_IMAGE
     assert GPU_DEVICE_PLUGIN_IMAGE.startswith("nvcr.io/nvidia/k8s-device-plugin:v0.19.3@sha256:")
-    assert pod["tolerations"] == [{"operator": "Exists"}]  # AKS's sku=gpu taint too
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert container["env"] == [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}]
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -86,7 +87,7 @@ def test_the_gpu_smoke_pod_asks_for_one_gpu_on_the_gpu_nodes_after_the_plugins_r
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.12xlarge"}
-    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     regs = {r.name: r for r in rendering.registrations}
     assert "gpu-device-plugin-daemonset" in regs["smoke-gpu"].dependencies
     view = cluster_view(rendering.objects, rendering.settings)
@@ -121,3 +122,81 @@ def test_only_a_platform_or_all_stack_runs_the_gpu_smoke_check_on_well_formed_la
         match=r"gpuSmokeNodeSelector=\"?gpu\"? is invalid: must be entries 'label-key=label-value'",
     ):
         settings_of({**SMOKE, "gpuSmokeNodeSelector": ["gpu"]})
+
+
+def _node(labels: dict[str, str], taints: list[dict[str, str]] | None = None) -> dict:
+    return {"metadata": {"labels": {"kubernetes.io/os": "linux", **labels}}, "spec": {"taints": taints or []}}
+
+
+GKE_L4 = _node(
+    {"cloud.google.com/gke-accelerator": "nvidia-l4"},
+    [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+)
+EKS_G5 = _node(
+    {"node.kubernetes.io/instance-type": "g5.12xlarge"}, [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+)
+AKS_GPUNP = _node({"agentpool": "gpunp"}, [{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
+OPERATOR_MANAGED = _node({"nvidia.com/gpu.deploy.device-plugin": "true"})
+WINDOWS = {"metadata": {"labels": {"kubernetes.io/os": "windows"}}, "spec": {}}
+CORDONED = _node({}, [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])
+CPU = _node({})
+
+
+def _runs_on(pod: dict, node: dict) -> bool:
+    """Whether the DaemonSet controller places this pod on the node: its nodeSelector, its required
+    node affinity and its tolerations against the node's labels and NoSchedule/NoExecute taints
+    (kubernetes v1.33.13 `pkg/controller/daemon/daemon_controller.go` NodeShouldRunDaemonPod)."""
+    labels = node["metadata"]["labels"]
+    if any(labels.get(k) != v for k, v in pod.get("nodeSelector", {}).items()):
+        return False
+    terms = pod.get("affinity", {}).get("nodeAffinity", {})
+    terms = terms.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    ops = {
+        "In": lambda k, vs: labels.get(k) in vs,
+        "NotIn": lambda k, vs: labels.get(k) not in vs,
+        "Exists": lambda k, _: k in labels,
+        "DoesNotExist": lambda k, _: k not in labels,
+    }
+    if terms and not any(
+        all(ops[e["operator"]](e["key"], e.get("values", [])) for e in t["matchExpressions"]) for t in terms
+    ):
+        return False
+    tolerations = pod.get("tolerations", [])
+
+    def tolerated(taint: dict) -> bool:
+        return any(
+            t.get("key") in (None, taint["key"])
+            and t.get("effect") in (None, taint["effect"])
+            and (t["operator"] == "Exists" or t.get("value") == taint.get("value"))
+            for t in tolerations
+        )
+
+    return all(tolerated(taint) for taint in node["spec"].get("taints", []))
+
+
+def test_the_plugin_runs_on_linux_gpu_nodes_it_tolerates_and_leaves_those_another_installer_manages():
+    aks = _plugin({**PLATFORM, "gpuNodeTolerations": ["sku=gpu:NoSchedule"]})["spec"]["template"]["spec"]
+    plain = _plugin(PLATFORM)["spec"]["template"]["spec"]
+    assert [_runs_on(aks, n) for n in (EKS_G5, AKS_GPUNP, CPU)] == [True, True, True]
+    assert _runs_on(plain, AKS_GPUNP) is False  # AKS's taint only when the stack names it
+    for node in (GKE_L4, OPERATOR_MANAGED, WINDOWS, CORDONED):
+        assert _runs_on(aks, node) is False, node
+    assert _runs_on(aks, _node({"nvidia.com/gpu.deploy.device-plugin": "false"}))
+
+
+def test_the_aks_platform_stack_tolerates_its_gpu_pools_taint_and_nothing_wider():
+    rendering = render(load_stack("aks-platform"))
+    (daemon_set,) = by_kind(rendering, "DaemonSet")
+    assert daemon_set["spec"]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "sku", "operator": "Equal", "effect": "NoSchedule", "value": "gpu"},
+    ]
+
+
+def test_a_malformed_gpu_node_toleration_names_its_key():
+    with pytest.raises(ConfigError, match=r"gpuNodeTolerations=.*sku=gpu.* is invalid: must be entries"):
+        settings_of({**PLATFORM, "gpuNodeTolerations": ["sku=gpu"]})
+    with pytest.raises(
+        ConfigError, match=r"gpuNodeTolerations=.* is invalid: must be empty when stackRole is job"
+    ):
+        settings_of({**JOB, "jobKind": "indexed-job", "gpuNodeTolerations": ["sku=gpu:NoSchedule"]})

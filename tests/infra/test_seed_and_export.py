@@ -46,6 +46,7 @@ def test_the_seed_job_fetches_from_https_mirrors_onto_the_data_volume():
     assert not any(e["name"].startswith("AWS_") for e in container.get("env", []))
     assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
     assert job["spec"]["backoffLimit"] == 4
+    assert job["spec"]["activeDeadlineSeconds"] == 1800  # a stalled source never holds a node for long
     ignore, fail = job["spec"]["podFailurePolicy"]["rules"]
     assert fail["action"] == "FailJob" and fail["onExitCodes"] == {
         "containerName": "seed",
@@ -283,6 +284,27 @@ def test_on_a_zonal_class_the_seed_runs_on_the_jobs_nodes():
             assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu"}
             assert "podAntiAffinity" not in spec["affinity"] and "nodeAffinity" in spec["affinity"]
             assert "nvidia.com/gpu" not in str(spec["containers"][0]["resources"])
+
+
+def test_with_seed_node_selector_the_seed_runs_on_those_nodes_tolerating_no_gpu_taint():
+    placement = {
+        "jobNodeSelector": ["pool=gpu"],
+        "jobGpusPerNode": 1,
+        "jobTolerations": ["sku=gpu:NoSchedule"],
+    }
+    zonal = {"storageProvider": "gke-filestore", "dataVolumeSize": "1Ti", "checkpointVolumeSize": "1Ti"}
+    cpu = ["cloud.google.com/gke-nodepool=default-pool", "topology.kubernetes.io/zone=us-central1-a"]
+    rendering = render_config({"seedSource": "https", **zonal, **placement, "seedNodeSelector": cpu})
+    spec = _seed(rendering)["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {
+        "cloud.google.com/gke-nodepool": "default-pool",
+        "topology.kubernetes.io/zone": "us-central1-a",
+    }
+    assert "tolerations" not in spec and "affinity" not in spec
+    with pytest.raises(
+        ConfigError, match=r"^config ddp-mnist:seedNodeSelector=.*pool.* is invalid: must be entries"
+    ):
+        render_config({"seedSource": "https", "seedNodeSelector": ["pool"]})
 
 
 @pytest.mark.parametrize("job_kind", ["pytorchjob", "indexed-job", "trainjob"])

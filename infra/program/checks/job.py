@@ -63,6 +63,8 @@ def scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
         ("jobTolerations", tolerations, s.job_tolerations),
         ("jobNodeAffinity", affinity_terms, s.job_node_affinity),
         ("gpuSmokeNodeSelector", node_selector, s.gpu_smoke_node_selector),
+        ("gpuNodeTolerations", tolerations, s.gpu_node_tolerations),
+        ("seedNodeSelector", node_selector, s.seed_node_selector),
     ):
         try:
             parse(value)

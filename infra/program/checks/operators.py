@@ -107,6 +107,13 @@ def stack_role(s: Settings, _: bool) -> Iterator[ConfigError]:
             s.gpu_smoke_node_selector,
             f"empty when stackRole is {s.stack_role}: the GPU smoke check is the platform stack's",
         )
+    if s.gpu_node_tolerations and s.stack_role not in ("platform", "all"):
+        yield ConfigError(
+            "gpuNodeTolerations",
+            s.gpu_node_tolerations,
+            f"empty when stackRole is {s.stack_role}: the device plugin and the GPU smoke check are the "
+            "platform stack's (a job's pods tolerate jobTolerations)",
+        )
     if s.gpu_device_plugin == "install" and s.stack_role not in ("platform", "all"):
         yield ConfigError(
             "gpuDevicePlugin",

@@ -87,9 +87,16 @@ class JobPlacementSettings(SettingsGroup):
         "gpuSmokeNodeSelector",
         [],
         "Platform (or all) stacks: the GPU nodes' labels, each 'key=value'; when set, `pulumi up` runs "
-        "one pod there asking for one nvidia.com/gpu (tolerating every taint) and fails unless it starts "
-        "within 900 s, proving those nodes advertise GPUs (the device plugin) and admit a pod; empty runs "
-        "none.",
+        "one pod there asking for one nvidia.com/gpu (tolerating gpuNodeTolerations) and fails unless it "
+        "starts within 900 s, proving those nodes advertise GPUs (the device plugin) and admit a pod; "
+        "empty runs none.",
+    )
+    gpu_node_tolerations: list[str] = key(
+        "gpuNodeTolerations",
+        [],
+        "Platform (or all) stacks: the GPU nodes' taints beyond nvidia.com/gpu, each "
+        "'key[=value]:Effect' (AKS: sku=gpu:NoSchedule); the device plugin and the GPU smoke pod "
+        "tolerate these and nvidia.com/gpu, nothing else.",
     )
     gpu_device_plugin_image: str = key(
         "gpuDevicePluginImage",

@@ -34,6 +34,15 @@ class SeedSettings(SettingsGroup):
         "your network); empty: the public internet only, never a private, link-local (instance metadata), "
         "shared or unique-local address.",
     )
+    seed_node_selector: list[str] = key(
+        "seedNodeSelector",
+        [],
+        "Nodes for the seed Job, each 'key=value': a CPU pool (e.g. "
+        "cloud.google.com/gke-nodepool=default-pool), so the copy never scales a GPU node up; it "
+        "tolerates no taint. Empty: the job's nodes when the claims bind WaitForFirstConsumer, anywhere "
+        "otherwise. With a zonal class the seed's node picks the volume's zone: add the GPU pool's "
+        "(topology.kubernetes.io/zone=...).",
+    )
     seed_backoff_limit: int = key(
         "seedBackoffLimit",
         4,
