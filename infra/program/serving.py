@@ -123,6 +123,7 @@ def server_args(settings: Settings, names: JobNames) -> list[str]:
         f"--model-name={MODEL_NAME}",
         f"--model-version={settings.job_run_id}",
         f"--port={settings.serve_port}",
+        f"--health-port={settings.serve_health_port}",
         f"--max-batch={settings.serve_max_batch}",
         f"--drain-seconds={settings.serve_drain_seconds}",
         # A model from S3 must be the one the job wrote: its SHA256SUMS on the checkpoint volume.
@@ -150,9 +151,12 @@ def server_threads(settings: Settings) -> int:
     return max(1, math.floor(parse_quantity(settings.serve_cpu_limit)))
 
 
-def _probe(path: str, period: int, failures: int) -> core.ProbeArgs:
+def _probe(settings: Settings, path: str, period: int, failures: int) -> core.ProbeArgs:
+    """A probe on the server's health port: by number, not a declared container port, since KServe
+    (v0.20.0 `pkg/controller/v1beta1/inferenceservice/reconcilers/service/service_reconciler.go`) adds
+    every declared port of the predictor's container to its Service."""
     return core.ProbeArgs(
-        http_get=core.HTTPGetActionArgs(path=path, port=PORT_NAME),
+        http_get=core.HTTPGetActionArgs(path=path, port=settings.serve_health_port),
         period_seconds=period,
         failure_threshold=failures,
         timeout_seconds=2,
@@ -184,8 +188,8 @@ def server_container(
             *(s3_env(settings, secret_name) if s3 else []),
         ],
         ports=[core.ContainerPortArgs(name=PORT_NAME, container_port=settings.serve_port, protocol="TCP")],
-        readiness_probe=_probe(READY_PATH, 5, 3),
-        liveness_probe=_probe(LIVE_PATH, 10, 6),
+        readiness_probe=_probe(settings, READY_PATH, 5, 3),
+        liveness_probe=_probe(settings, LIVE_PATH, 10, 6),
         resources=core.ResourceRequirementsArgs(
             requests={"cpu": settings.serve_cpu_request, "memory": settings.serve_memory_request},
             limits={"cpu": settings.serve_cpu_limit, "memory": settings.serve_memory_limit},

@@ -17,6 +17,7 @@ from infra.offline.effective import Controllers, derive
 from infra.offline.manifest import RecordingMocks, run_program, to_yaml
 from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
 from infra.offline.stackconfig import ROOT, load_stack
+from infra.program.checks import ConfigError
 from infra.program.kserve import CONFIG_MAP, standard_mode
 from infra.program.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.training_operator import CRD_TYPE
@@ -75,12 +76,15 @@ def test_a_deployment_and_service_serve_the_runs_checkpoint_read_only():
         "--model-name=mnist",
         "--model-version=r1",
         "--port=8080",
+        "--health-port=8081",
         "--max-batch=256",
         "--drain-seconds=5",
     ]
+    # The probes on a port of their own, never declared (KServe would add it to the Service), nor in the
+    # Service or its policy: clients cannot hold it.
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": 8081}
     assert container["resources"] == {
         "requests": {"cpu": "500m", "memory": "512Mi"},
         "limits": {"cpu": "1", "memory": "1Gi"},
@@ -544,3 +548,10 @@ def test_a_stopping_server_drains_within_its_pods_grace_period(values):
     assert "--drain-seconds=12" in container["args"]
     grace = pod.manifest["spec"]["terminationGracePeriodSeconds"]
     assert grace == 12 + STOP_AFTER_DRAIN_S and STOP_AFTER_DRAIN_S > DRAIN_TIMEOUT_S
+
+
+def test_the_probes_port_must_differ_from_the_service_port():
+    with pytest.raises(
+        ConfigError, match=r"^config ddp-mnist:serveHealthPort=8080 is invalid: must be a port other"
+    ):
+        render_config({**DEPLOYMENT, "serveHealthPort": 8080})

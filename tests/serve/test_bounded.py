@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.serve.conftest import ServeProcess, start_server, wait_ready
+from tests.serve.conftest import REPO_ROOT, ServeProcess, free_port, start_server, subprocess_env, wait_ready
 from tests.serve.test_serve import INFER, good
 
 pytestmark = pytest.mark.slow  # a real model server process under load
@@ -149,3 +151,67 @@ def test_connections_past_the_cap_get_503_and_idle_ones_are_closed_at_their_dead
     finally:
         code, _, err = server.stop()
     assert code == 0, err
+
+
+def _probe(port: int, path: str) -> bytes:
+    """What a kubelet HTTP probe gets: a new connection, one GET, the reply (b"" when closed unanswered)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(4096):
+            reply += chunk
+        return reply
+
+
+def test_clients_holding_every_connection_starve_the_service_port_but_never_the_probes_port(
+    trained: Path,
+) -> None:
+    health_port = free_port()
+    server = start_server(
+        str(trained), "--max-connections=2", "--request-timeout=30", f"--health-port={health_port}"
+    )
+    try:
+        wait_ready(server)
+        if server.connection is not None:
+            server.connection.close()
+            server.connection = None
+        time.sleep(0.5)
+        held = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(2)]
+        time.sleep(0.5)
+        # On the service port a probe is refused: the kubelet would count a failure, and restart the pod.
+        assert _probe(server.port, "/v2/health/live").startswith(b"HTTP/1.1 503 ")
+        for path, expected in (
+            ("/v2/health/live", b'{"live":true}'),
+            ("/v2/health/ready", b'{"ready":true}'),
+        ):
+            reply = _probe(health_port, path)
+            assert reply.startswith(b"HTTP/1.0 200 ") and reply.endswith(expected), reply
+        assert _probe(health_port, "/v2/models/mnist").startswith(b"HTTP/1.0 404 ")  # probes only
+        for sock in held:
+            sock.close()
+    finally:
+        code, _, err = server.stop()
+    assert code == 0, err
+
+
+def test_a_health_port_equal_to_the_service_port_is_one_line_and_exit_2(trained: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer.serve",
+            f"--model-uri={trained}",
+            "--port=8080",
+            "--health-port=8080",
+        ],
+        cwd=REPO_ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "trainer.serve: usage: argument --health-port: 8080 must be a port other than --port "
+        "(see 'python -m trainer.serve --help')"
+    )

@@ -6,7 +6,7 @@ Usage (the serving pods run exactly this, in the trainer image)::
                             [--host 0.0.0.0] [--port 8080] [--max-batch 256]
                             [--max-body-bytes 0] [--request-timeout 120] [--threads 0]
                             [--max-requests 4] [--max-connections 64] [--drain-seconds 5]
-                            [--sums-from PATH]
+                            [--sums-from PATH] [--health-port 0]
 
 ``--model-uri`` is either ``s3://BUCKET/PREFIX/`` (what ``python -m trainer --export-to`` wrote:
 model.pt, metrics.json, SHA256SUMS; endpoint and keys from ``AWS_ENDPOINT_URL``,
@@ -40,7 +40,7 @@ code  meaning
       lists is missing, does not match, or names another model.pt
 4     S3 credentials missing or rejected
 5     S3 endpoint unreachable
-8     cannot listen on --host/--port (address in use, not permitted)
+8     cannot listen on --host/--port or --health-port (address in use, not permitted)
 ====  =====================================================================
 
 The parts are listed in :mod:`trainer.serve`.
@@ -78,6 +78,7 @@ from trainer.serve.config import (
     ServeConfig,
     body_limit,
 )
+from trainer.serve.health import HealthServer, open_health_server
 from trainer.serve.load import (
     load_module,
     read_lineage,
@@ -186,6 +187,13 @@ def build_parser() -> OneLineParser:
         help="connections open at once; more get 503 and are closed",
     )
     parser.add_argument(
+        "--health-port",
+        type=non_negative,
+        default=0,
+        help="a port of their own for GET /v2/health/live and /ready (the kubelet's probes), which "
+        "clients of --port can never starve; 0: they are answered on --port only",
+    )
+    parser.add_argument(
         "--sums-from",
         default=None,
         metavar="PATH",
@@ -210,6 +218,8 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
     for flag, value in (("--model-name", args.model_name), ("--model-version", args.model_version)):
         if not value or "/" in value or value != value.strip():
             parser.error(f"argument {flag}: {value!r} must be non-empty, without '/' or spaces around it")
+    if args.health_port and (args.health_port > 65535 or args.health_port == args.port):
+        parser.error(f"argument --health-port: {args.health_port} must be a port other than --port")
     if args.model_uri.startswith("s3://") and not args.model_uri.removeprefix("s3://").strip("/"):
         parser.error(f"argument --model-uri: {args.model_uri!r} names no bucket")
     return ServeConfig(
@@ -226,6 +236,7 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
         max_requests=args.max_requests,
         max_connections=args.max_connections,
         sums_from=args.sums_from,
+        health_port=args.health_port,
     )
 
 
@@ -278,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     model = Model(config)
     try:
         server = open_server(config, model)
+        health = open_probes(config, model)
     except ServeError as error:
         write_line(error.one_line(PROG))
         return error.exit_code
@@ -294,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    if health is not None:
+        threading.Thread(target=health.serve_forever, name="health", daemon=True).start()
     threading.Thread(target=load, args=(model, address, stop, outcome), name="load", daemon=True).start()
     while not stop.wait(0.5):
         pass
@@ -307,7 +321,21 @@ def main(argv: list[str] | None = None) -> int:
     if left:
         write_line(f"{PROG}: stopping with {left} request(s) unanswered after {DRAIN_TIMEOUT_S} s")
     server.server_close()
+    if health is not None:
+        health.shutdown()
+        health.server_close()
     return outcome[0] if outcome else 0
+
+
+def open_probes(config: ServeConfig, model: Model) -> HealthServer | None:
+    """The probes' listener on --health-port, or None without one."""
+    if not config.health_port:
+        return None
+    try:
+        return open_health_server(config.host, config.health_port, model)
+    except OSError as error:
+        where = f"{config.host}:{config.health_port}"
+        raise ServeError(f"cannot listen on {where} (--health-port: {error.strerror or error})") from None
 
 
 def run_as_process(argv: list[str] | None = None) -> NoReturn:

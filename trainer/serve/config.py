@@ -54,3 +54,5 @@ class ServeConfig:
     # A SHA256SUMS the model must match besides the one beside it: the job's own, where only the job
     # writes (its checkpoint volume), so that whoever may write the export cannot swap both.
     sums_from: str | None = None
+    # The probes' own port (trainer/serve/health.py); 0: they use `port`.
+    health_port: int = 0

@@ -66,6 +66,7 @@ class ServerPlan:
     argv: list[str]
     env: dict[str, str]
     version: str = ""
+    health_port: bool = False  # the probes on a port of their own (--health-port), as the pod's are
 
 
 def server_pods(pods: Sequence[EffectivePod]) -> list[EffectivePod]:
@@ -97,8 +98,10 @@ def plan_servers(
         container, _ = _local_container(
             pod.spec["containers"][0], pod, root, name, secret_value, _pod_dns(name, None), 0, overrides
         )
-        argv = [a for a in container.argv if not a.startswith(("--port=", "--host="))]
-        plans.append(ServerPlan(name, argv, container.env, version))
+        ports = ("--port=", "--host=", "--health-port=")
+        argv = [a for a in container.argv if not a.startswith(ports)]
+        health = any(a.startswith("--health-port=") for a in container.argv)
+        plans.append(ServerPlan(name, argv, container.env, version, health))
     return plans
 
 
@@ -116,10 +119,13 @@ class ServerPod:
     def __init__(self, plan: ServerPlan, out: TextIO, lock: threading.Lock, cwd: Path) -> None:
         self.plan = plan
         self.port = free_port()
+        # Where the readiness probe asks: the probes' own port when the pod has one, as the kubelet does.
+        self.probe_port = free_port() if plan.health_port else self.port
+        ports = [f"--port={self.port}", *([f"--health-port={self.probe_port}"] if plan.health_port else [])]
         self.out, self.lock = out, lock
         self.tail: deque[str] = deque(maxlen=40)
         self.proc = subprocess.Popen(
-            [*plan.argv, f"--host={LOCALHOST}", f"--port={self.port}"],
+            [*plan.argv, f"--host={LOCALHOST}", *ports],
             env=plan.env,
             cwd=cwd,
             stdout=subprocess.PIPE,
@@ -153,7 +159,7 @@ class ServerPod:
                     f"server pod {self.plan.name} exited with {code} before it was Ready: {last}"
                 )
             with contextlib.suppress(OSError):
-                if _get(self.url + READY_PATH)[0] == 200:
+                if _get(f"http://{LOCALHOST}:{self.probe_port}{READY_PATH}")[0] == 200:
                     return
             time.sleep(0.2)
         self.stop()

@@ -36,6 +36,12 @@ def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
         )
     if s.serve_kind == "none":
         return
+    if s.serve_health_port == s.serve_port:
+        yield ConfigError(
+            "serveHealthPort",
+            s.serve_health_port,
+            f"a port other than servePort ({s.serve_port}): the probes have a port of their own",
+        )
     if s.stack_role == "platform":
         yield ConfigError(
             "serveKind", s.serve_kind, "none when stackRole is platform (it runs no job to serve)"

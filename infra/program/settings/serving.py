@@ -44,6 +44,15 @@ class ServingSettings(SettingsGroup):
         le=3600,
     )
     serve_port: int = key("servePort", 8080, "Port the server listens on in its pod.", ge=1024, le=65535)
+    serve_health_port: int = key(
+        "serveHealthPort",
+        8081,
+        "The port of the server's liveness and readiness probes, its own (not in the Service, nor in the "
+        "NetworkPolicy: the kubelet probes from the node), so that clients holding every connection of "
+        "servePort never make the probes fail and the kubelet restart the server.",
+        ge=1024,
+        le=65535,
+    )
     serve_max_batch: int = key(
         "serveMaxBatch", 256, "Most inputs the server accepts in one request.", ge=1, le=65536
     )
