@@ -83,6 +83,15 @@ EXEMPT_STACKS = {
     }
 }
 Rule = Callable[[guardrails.Obj, Mapping[str, Any]], list[str]]
+# Where the shipped stacks' images come from: the trainer's releases, the device plugin's, MinIO's, the
+# smoke checks' Alpine, and the prerequisites' NFS server image (one repository, not its whole owner).
+ALLOWED_REGISTRIES = [
+    "ghcr.io/ddp-mnist/",
+    "nvcr.io/nvidia/",
+    "quay.io/minio/",
+    "docker.io/library/alpine",
+    "docker.io/itsthenetwork/nfs-server-alpine",
+]
 
 
 def plain(value: Any) -> Any:
@@ -161,7 +170,8 @@ def resource_policy(
         obj = k8s_object(args.resource_type, args.props)
         if obj is None:
             return
-        config = {**defaults, **dict(args.get_config() or {})}
+        # The stack the resource belongs to, for the rules whose settings name stacks.
+        config = {**defaults, **dict(args.get_config() or {}), "stack": stack_of(args.urn)}
         if skipped(obj, args.urn, config):
             return
         for message in rule(obj, config):
@@ -255,17 +265,52 @@ def policies() -> list[Policy]:
         resource_policy(
             "pod-security-restricted",
             "Pods meet the Pod Security Standards 'restricted' profile.",
-            lambda obj, config: guardrails.pod_security_restricted(obj, config["privilegedNamespaces"]),
+            lambda obj, config: guardrails.pod_security_restricted(
+                obj, config["privilegedNamespaces"], config["stack"]
+            ),
             {
                 "privilegedNamespaces": {
                     "type": "array",
-                    "items": {"type": "string"},
-                    "default": ["nfs-system"],
-                    "description": "Namespaces whose pods this policy lets run privileged: nfs-system "
-                    "holds a prerequisites stack's in-kernel NFS server, which must be (the namespace "
-                    "enforces Pod Security 'privileged' and its annotation says why); the other "
-                    "policies still check it.",
+                    "items": {"type": "string", "pattern": "^[^/]+/[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                    "default": ["dev-prereqs/nfs-system"],
+                    "description": "The stack/namespace pairs whose pods this policy lets run privileged: "
+                    "dev-prereqs/nfs-system holds that prerequisites stack's in-kernel NFS server, which "
+                    "must be (the namespace enforces Pod Security 'privileged' and its annotation says "
+                    "why); a namespace of that name in another stack is checked as anywhere, and the "
+                    "other policies still check it.",
                 }
+            },
+        ),
+        resource_policy(
+            "no-automounted-token",
+            "Pods set automountServiceAccountToken: false: a pod that never calls the API server holds "
+            "no credential for it.",
+            lambda obj, config: guardrails.no_automounted_token(obj, config["tokenNamespaces"]),
+            {
+                "tokenNamespaces": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "default": [],
+                    "description": "Namespaces whose pods may mount a service-account token (pods that "
+                    "call the API server).",
+                }
+            },
+        ),
+        resource_policy(
+            "images-from-allowed-registries",
+            "Container images come from allowedRegistries: an entry ending in / allows what is under it, "
+            "any other one repository (local stacks exempt).",
+            lambda obj, config: guardrails.images_from_allowed_registries(obj, config["allowedRegistries"]),
+            {
+                **EXEMPT_STACKS,
+                "allowedRegistries": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "default": ALLOWED_REGISTRIES,
+                    "description": "Where images may come from, registry host included (docker.io for "
+                    "Docker Hub, whose official images are docker.io/library/): the bundle's own by "
+                    "default; a platform with a mirror lists the mirror alone.",
+                },
             },
         ),
         resource_policy(

@@ -174,6 +174,57 @@ def images_by_digest(obj: Obj) -> list[str]:
     return violations
 
 
+def normalized_image(image: str) -> str:
+    """An image reference with its registry spelled out, as a container runtime resolves it: `alpine:3`
+    is `docker.io/library/alpine:3`, `acme/app` is `docker.io/acme/app`."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return image
+    return f"docker.io/{image}" if rest else f"docker.io/library/{image}"
+
+
+def registry_allowed(image: str, allowed: Sequence[str]) -> bool:
+    """Whether the image comes from an allowed place: an entry ending in `/` allows everything under it
+    (`ghcr.io/acme/`), any other entry one repository (`docker.io/library/alpine`)."""
+    name = normalized_image(image)
+    repository = re.split(r"[@]", name, maxsplit=1)[0]
+    head, _, last = repository.rpartition("/")
+    repository = f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+    return any(name.startswith(e) if e.endswith("/") else repository == e for e in allowed)
+
+
+def images_from_allowed_registries(obj: Obj, allowed: Sequence[str]) -> list[str]:
+    """Every container's image (init, main and ephemeral, and a TrainJob's spec.trainer.image) comes from
+    `allowed` (the pack's allowedRegistries)."""
+    violations = []
+    for view in container_views(obj):
+        image = view.container.get("image")
+        if image is None or registry_allowed(str(image), allowed):
+            continue
+        registry = normalized_image(str(image)).split("/", 1)[0]
+        violations.append(
+            f"{view.where}: {view.label} image {image} is from {registry}, outside allowedRegistries "
+            f"({', '.join(allowed) or 'none'}); mirror it there or add its registry"
+        )
+    return violations
+
+
+# --- service-account tokens --------------------------------------------------------------------
+
+
+def no_automounted_token(obj: Obj, token_namespaces: Sequence[str] = ()) -> list[str]:
+    """Every pod template sets automountServiceAccountToken: false, except in `token_namespaces`: a pod
+    that never calls the API server holds no credential for it (a ServiceAccount's own false is not
+    visible to the pack, so the pod must say it)."""
+    return [
+        f"{t.where}: the pod mounts a service-account token (automountServiceAccountToken is "
+        f"{str(t.spec.get('automountServiceAccountToken', 'unset')).lower()}); set it false, or list "
+        f"namespace {t.namespace or '(none)'} in tokenNamespaces if its pods call the API server"
+        for t in pod_templates(obj)
+        if t.namespace not in token_namespaces and t.spec.get("automountServiceAccountToken") is not False
+    ]
+
+
 # --- shared claims (stack-wide) ----------------------------------------------------------------
 
 
@@ -235,13 +286,14 @@ def shared_claims_read_write_many(objects: Sequence[Obj]) -> list[tuple[Obj, str
 RESTRICTED_CHECKS = podsecurity.checks("restricted")
 
 
-def pod_security_restricted(obj: Obj, privileged_namespaces: Sequence[str] = ()) -> list[str]:
+def pod_security_restricted(obj: Obj, privileged: Sequence[str] = (), stack: str = "") -> list[str]:
     """Every pod template meets Pod Security 'restricted' (every check, in the API server's wording),
-    except in `privileged_namespaces`, whose pods may run privileged (an in-kernel NFS server's)."""
+    except the pods of a `stack/namespace` entry of `privileged` for this stack (a prerequisites stack's
+    in-kernel NFS server): a namespace of that name in any other stack is checked as anywhere."""
     return [
         f"{t.where}: {v.reason} ({v.detail}) (restricted: {v.check})"
         for t in pod_templates(obj)
-        if t.namespace not in privileged_namespaces
+        if f"{stack}/{t.namespace}" not in privileged
         for v in podsecurity.violations({"metadata": t.metadata, "spec": t.spec}, "restricted")
     ]
 

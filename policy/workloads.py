@@ -46,6 +46,22 @@ READ_KINDS = (
     (("TrainJob", *RUNTIME_KINDS), TRAINER_API),
 )
 POD_SPEC_LISTS = ("containers", "initContainers", "volumes")
+# Fields only a pod spec has: a mapping with one of them is a pod spec even without its lists (an unknown
+# kind's spec.hostNetwork beside an image; a patch that sets only who the pod runs as, or where). Not
+# automountServiceAccountToken, which a ServiceAccount has at its top level.
+POD_SPEC_FIELDS = frozenset(
+    {
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "hostUsers",
+        "serviceAccountName",
+        "serviceAccount",
+        "nodeName",
+        "runtimeClassName",
+        "shareProcessNamespace",
+    }
+)
 NOT_SPEC = ("metadata", "status", "data", "stringData", "binaryData")  # top-level fields
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 # Besides an image, a container has at least one of these (Flux's ImageRepository, which names an image
@@ -346,10 +362,13 @@ def carried(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     outside its metadata, status and a ConfigMap's or Secret's data. Inside a pod spec only the containers
     are skipped: a pod spec can hold another (KServe's predictor its workerSpec)."""
     if isinstance(value, Mapping):
-        pod_spec = any(isinstance(value.get(key), list) for key in POD_SPEC_LISTS)
+        container = isinstance(value.get("image"), str) and bool(CONTAINER_FIELDS & set(value))
+        pod_spec = any(isinstance(value.get(key), list) for key in POD_SPEC_LISTS) or (
+            not container and bool(POD_SPEC_FIELDS & set(value))
+        )
         if pod_spec:
             yield path, "pod spec"
-        elif isinstance(value.get("image"), str) and CONTAINER_FIELDS & set(value):
+        elif container:
             yield path, "container"
             return
         for key, child in value.items():
@@ -367,10 +386,30 @@ def read_paths(obj: Obj) -> set[str]:
     return paths | {c.label for c in trainjob_containers(obj)}
 
 
+def runtime_patch_pod_specs(obj: Obj) -> Iterator[str]:
+    """The path of every pod spec a TrainJob's runtimePatches set, whatever it holds: a patch of only
+    pod-level fields (runAsUser 0, a service account, tolerations) changes what the runtime's pods run
+    as, and the pack reads no patch."""
+    if not is_trainjob(obj):
+        return
+    for i, patch in enumerate((obj.get("spec") or {}).get("runtimePatches") or []):
+        runtime = (patch.get("trainingRuntimeSpec") or {}) if isinstance(patch, Mapping) else {}
+        rjobs = ((runtime.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+        for j, rjob in enumerate(rjobs):
+            job = ((rjob.get("template") or {}).get("spec") or {}) if isinstance(rjob, Mapping) else {}
+            if (job.get("template") or {}).get("spec"):
+                yield (
+                    f"spec.runtimePatches[{i}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}]"
+                    ".template.spec.template.spec"
+                )
+
+
 def unread(obj: Obj) -> list[tuple[str, str]]:
     """(path, what) of every pod spec or container in `obj` that the pack does not read."""
     paths = read_paths(obj)
-    return [(path, what) for path, what in carried(obj) if path not in paths]
+    found = [(path, what) for path, what in carried(obj) if path not in paths]
+    seen = {path for path, _ in found}
+    return found + [(path, "pod spec") for path in runtime_patch_pod_specs(obj) if path not in seen]
 
 
 def understood_kind(obj: Obj) -> bool:

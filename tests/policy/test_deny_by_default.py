@@ -333,3 +333,121 @@ def test_the_pack_reads_every_stack_in_its_own_environment():
     rules = [getattr(g, name) for name in RULES]
     expected = [[m for r in rules for m in r(o)] + g.job_within_budget(o, 16, 64, objects) for o in objects]
     assert json.loads(done.stdout) == expected
+
+
+# --- five objects the pack used to pass --------------------------------------------------------
+
+RESTRICTED_POD = {
+    "automountServiceAccountToken": False,
+    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    "containers": [
+        {
+            "name": "app",
+            "image": "ghcr.io/ddp-mnist/trainer:0.1.0",
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+        }
+    ],
+}
+
+
+def _pod(**changes):
+    spec = copy.deepcopy(RESTRICTED_POD)
+    spec.update(changes.pop("spec", {}))
+    spec["containers"][0].update(changes)
+    return _object("v1", "Pod", spec, "p")
+
+
+def _trainjob_with_pod_level_patch():
+    (trainjob,) = [o for o in stack_objects("gke-trainjob") if o["kind"] == "TrainJob"]
+    pod = {
+        "spec": {
+            "securityContext": {"runAsUser": 0},
+            "serviceAccountName": "admin",
+            "tolerations": [{"operator": "Exists"}],
+        }
+    }
+    trainjob["spec"]["runtimePatches"] = [
+        {
+            "manager": "me",
+            "trainingRuntimeSpec": {
+                "template": {
+                    "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}
+                }
+            },
+        }
+    ]
+    return trainjob
+
+
+def _privileged_nfs_server_elsewhere():
+    (server,) = [
+        o
+        for o in stack_objects("dev-prereqs")
+        if o["kind"] == "Deployment" and o["metadata"]["name"] == "nfs-server"
+    ]
+    return server
+
+
+@pytest.mark.parametrize(
+    ("make", "stack", "policy", "start"),
+    [
+        (
+            lambda: _pod(spec={"automountServiceAccountToken": True}),
+            "prod",
+            "no-automounted-token",
+            "Pod p: the pod mounts a service-account token (automountServiceAccountToken is true)",
+        ),
+        (
+            lambda: _pod(image="registry.example.com/anything/app:1.0"),
+            "prod",
+            "images-from-allowed-registries",
+            "Pod p: container app image registry.example.com/anything/app:1.0 is from registry.example.com, "
+            "outside allowedRegistries",
+        ),
+        (
+            _privileged_nfs_server_elsewhere,
+            "team-a",
+            "pod-security-restricted",
+            "Deployment nfs-server: privileged",
+        ),
+        (
+            _trainjob_with_pod_level_patch,
+            "gke-trainjob",
+            "workloads-understood",
+            "TrainJob mnist-r1: spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+            ".template.spec.template.spec is not understood",
+        ),
+        (
+            lambda: _object(
+                "example.com/v1", "Runner", {"image": "ghcr.io/ddp-mnist/trainer:0.1.0", "hostNetwork": True}
+            ),
+            "prod",
+            "workloads-understood",
+            "Runner w: kind example.com/v1 Runner is not understood by the policy pack: the pod spec at spec "
+            "would run unchecked",
+        ),
+    ],
+    ids=[
+        "automounted-token",
+        "any-registry",
+        "privileged-namespace-of-another-stack",
+        "trainjob-pod-level-patch",
+        "unknown-kind-image-hostnetwork",
+    ],
+)
+def test_the_pack_refuses_each_object_it_used_to_pass(make, stack, policy, start):
+    obj = make()
+    reported = _reported([(_urn(obj, stack), obj)], stack=stack)
+    assert any(p == policy and m.startswith(start) for p, m in reported), reported
+
+
+def test_a_registry_entry_allows_what_is_under_it_or_one_repository():
+    allowed = ["ghcr.io/ddp-mnist/", "docker.io/library/alpine"]
+    assert g.registry_allowed("ghcr.io/ddp-mnist/trainer@sha256:" + "a" * 64, allowed)
+    assert g.registry_allowed("alpine:3.20", allowed)  # Docker Hub's official image, spelled short
+    assert g.registry_allowed("docker.io/library/alpine:3.20@sha256:" + "b" * 64, allowed)
+    assert not g.registry_allowed("ghcr.io/ddp-mnist-evil/trainer:1", allowed)
+    assert not g.registry_allowed("alpine-evil:1", allowed)
+    assert not g.registry_allowed("acme/alpine:1", allowed)  # docker.io/acme/alpine
+    assert not g.registry_allowed("localhost:5000/ddp-mnist/trainer:1", allowed)
