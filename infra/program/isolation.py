@@ -49,13 +49,15 @@ def public_internet() -> list[net.NetworkPolicyPeerArgs]:
 
 @dataclass(frozen=True)
 class Destination:
-    """A server the pods connect to: a port, and the namespace when it is an in-cluster Service."""
+    """A server the pods connect to: a port, and the namespace when it is an in-cluster Service; for a
+    server outside the cluster, the CIDRs the stack declares for it (none: any public address)."""
 
     port: int
     namespace: str | None
+    cidrs: tuple[str, ...] = ()
 
 
-def destination(host: str, port: int, namespace: str) -> Destination:
+def destination(host: str, port: int, namespace: str, cidrs: list[str] | None = None) -> Destination:
     """`host` as a NetworkPolicy can express it. For an in-cluster Service the rule's peers are pods (a
     namespace selector) and a NetworkPolicy port is "a numerical or named port on a pod"
     (networking/v1 NetworkPolicyPort), so a Service whose port differs from its targetPort needs the
@@ -63,14 +65,15 @@ def destination(host: str, port: int, namespace: str) -> Destination:
 
     `minio` (one label) is a Service of the job's own `namespace`; `minio.storage.svc` and
     `minio.storage.svc.cluster.local` are Services of namespace `storage`; anything else is outside the
-    cluster's Service names, so only its port can be restricted.
+    cluster's Service names: its addresses are `cidrs` when the stack declares them, else any public
+    address (never a private, link-local or metadata one).
     """
     parts = host.split(".")
     if len(parts) == 1:
         return Destination(port, namespace)
     if len(parts) >= 3 and parts[2] == "svc":
         return Destination(port, parts[1])
-    return Destination(port, None)
+    return Destination(port, None, tuple(cidrs or ()))
 
 
 def s3_destination(settings: Settings) -> Destination | None:
@@ -80,7 +83,7 @@ def s3_destination(settings: Settings) -> Destination | None:
         return None
     host, _, port = settings.minio_endpoint.partition(":")
     number = settings.minio_egress_port or (int(port) if port else (443 if settings.minio_tls else 80))
-    return destination(host, number, settings.namespace)
+    return destination(host, number, settings.namespace, settings.minio_egress_cidrs)
 
 
 def tracking_destination(settings: Settings) -> Destination | None:
@@ -91,7 +94,7 @@ def tracking_destination(settings: Settings) -> Destination | None:
     scheme, _, rest = settings.mlflow_tracking_uri.partition("://")
     host, _, port = rest.split("/", 1)[0].partition(":")
     number = settings.mlflow_egress_port or (int(port) if port else (443 if scheme == "https" else 80))
-    return destination(host, number, settings.namespace)
+    return destination(host, number, settings.namespace, settings.mlflow_egress_cidrs)
 
 
 def job_pods(names: JobNames) -> meta.LabelSelectorArgs:
@@ -139,11 +142,15 @@ def dns_egress(settings: Settings) -> net.NetworkPolicyEgressRuleArgs:
 
 
 def egress_to(server: Destination) -> net.NetworkPolicyEgressRuleArgs:
-    """Out to the server's pods (their namespace) on its port; with no `to` for a server outside the
-    cluster: any address, on that port only."""
+    """Out to the server's pods (their namespace) on its port; for a server outside the cluster, to the
+    CIDRs declared for it, else to public addresses only, on that port."""
+    if server.namespace:
+        to = [namespace_peer(server.namespace)]
+    else:
+        declared = [net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in server.cidrs]
+        to = declared or public_internet()
     return net.NetworkPolicyEgressRuleArgs(
-        to=[namespace_peer(server.namespace)] if server.namespace else None,
-        ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=server.port)],
+        to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=server.port)]
     )
 
 

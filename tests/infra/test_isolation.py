@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import kubernetes_validate
 import pytest
 
 from infra.offline.manifest import render
 from infra.offline.stackconfig import load_stack
+from infra.program.checks import ConfigError
 from infra.program.isolation import EPHEMERAL_PORTS
 from infra.program.meta import JOB_LABEL
 from tests.infra.conftest import JOB_STACKS, by_kind, is_training_job, one, pod_templates, render_config
@@ -96,6 +99,24 @@ def test_dns_egress_addresses_are_configurable():
     ]
 
 
+PUBLIC = [
+    {
+        "ipBlock": {
+            "cidr": "0.0.0.0/0",
+            "except": [
+                "10.0.0.0/8",
+                "100.64.0.0/10",
+                "127.0.0.0/8",
+                "169.254.0.0/16",
+                "172.16.0.0/12",
+                "192.168.0.0/16",
+            ],
+        }
+    },
+    {"ipBlock": {"cidr": "::/0", "except": ["::1/128", "fc00::/7", "fe80::/10"]}},
+]
+
+
 @pytest.mark.parametrize(
     ("endpoint", "tls", "s3_rule"),
     [
@@ -123,18 +144,71 @@ def test_dns_egress_addresses_are_configurable():
                 "ports": [{"protocol": "TCP", "port": 9000}],
             },
         ),
-        ("s3.eu-west-1.amazonaws.com", True, {"ports": [{"protocol": "TCP", "port": 443}]}),
-        ("minio.example.internal", False, {"ports": [{"protocol": "TCP", "port": 80}]}),
+        # Outside the cluster: public addresses only, never the VPC's, the node's or the metadata's.
+        ("s3.eu-west-1.amazonaws.com", True, {"to": PUBLIC, "ports": [{"protocol": "TCP", "port": 443}]}),
+        ("minio.example.internal", False, {"to": PUBLIC, "ports": [{"protocol": "TCP", "port": 80}]}),
+        # ... or the addresses the stack declares for it.
+        (
+            "minio.example.internal|10.20.0.0/16",
+            False,
+            {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 80}]},
+        ),
     ],
 )
 def test_egress_to_the_s3_endpoint(endpoint, tls, s3_rule):
+    endpoint, _, cidr = endpoint.partition("|")
     rendering = render_config(
-        {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls},
+        {"jobDataSource": "s3", "minioEndpoint": endpoint, "minioTls": tls}
+        | ({"minioEgressCidrs": [cidr]} if cidr else {}),
         secrets={"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "example"},
     )
     dns, peers, s3 = job_policy(rendering)["spec"]["egress"]
     assert dns == DNS_RULE
     assert s3 == s3_rule
+
+
+def test_the_tracking_servers_egress_is_its_declared_cidrs_or_public_addresses():
+    for extra, to in (
+        ({}, PUBLIC),
+        ({"mlflowEgressCidrs": ["10.9.0.0/24"]}, [{"ipBlock": {"cidr": "10.9.0.0/24"}}]),
+    ):
+        rendering = render_config({"mlflowTrackingUri": "https://mlflow.example.com", **extra})
+        (rule,) = [
+            r
+            for r in job_policy(rendering)["spec"]["egress"]
+            if r["ports"] == [{"protocol": "TCP", "port": 443}]
+        ]
+        assert rule["to"] == to
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"minioEndpoint": "10.20.1.5:9000"},
+            "minioEgressCidrs=[] is invalid: must be the CIDR of 10.20.1.5 (minioEndpoint), a private, "
+            "link-local or shared address: without it the pods may reach public addresses only",
+        ),
+        (
+            {"minioEndpoint": "minio.minio.svc:9000", "minioEgressCidrs": ["10.0.0.0/8"]},
+            'minioEgressCidrs=["10.0.0.0/8"] is invalid: must be empty when minioEndpoint is unset or a '
+            "Service name: the pods reach that Service's namespace",
+        ),
+        (
+            {"minioEndpoint": "minio.minio.svc:9000", "mlflowTrackingUri": "http://169.254.169.254/"},
+            "mlflowEgressCidrs=[] is invalid: must be the CIDR of 169.254.169.254 (mlflowTrackingUri)",
+        ),
+        ({"minioEgressCidrs": ["10.20.0.1/16"]}, "minioEgressCidrs=.* is invalid: must be CIDRs such as"),
+    ],
+)
+def test_egress_cidrs_only_for_a_server_outside_the_cluster_and_required_for_a_private_address(
+    values, message
+):
+    with pytest.raises(ConfigError, match=re.escape(message) if "=.*" not in message else message):
+        render_config(
+            {"jobDataSource": "s3", **values},
+            secrets={"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "example"},
+        )
 
 
 def test_network_policy_exists_before_the_job_and_can_be_turned_off():

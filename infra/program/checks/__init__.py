@@ -53,6 +53,7 @@ CHECKS: tuple[Check, ...] = (
     operators.smoke_namespace,
     serving.serving,
     tenancy.tenancy,
+    s3.external_egress,
 )
 
 

@@ -94,3 +94,48 @@ def ca_bundle_text(s: Settings) -> str | None:
         return (path if path.is_absolute() else PROJECT_ROOT / path).read_text()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def external_egress(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """Egress CIDRs for a server outside the cluster only; a server on a private address needs them,
+    since without them the NetworkPolicies let the pods reach public addresses alone."""
+    import ipaddress
+
+    from infra.program.isolation import NOT_PUBLIC_V4, NOT_PUBLIC_V6, s3_destination, tracking_destination
+
+    not_public = [ipaddress.ip_network(c) for c in (*NOT_PUBLIC_V4, *NOT_PUBLIC_V6)]
+    tracking_host = s.mlflow_tracking_uri.partition("://")[2].split("/", 1)[0].partition(":")[0]
+    for key, endpoint_key, host, cidrs, server in (
+        (
+            "minioEgressCidrs",
+            "minioEndpoint",
+            s.minio_endpoint.partition(":")[0],
+            s.minio_egress_cidrs,
+            s3_destination(s),
+        ),
+        (
+            "mlflowEgressCidrs",
+            "mlflowTrackingUri",
+            tracking_host,
+            s.mlflow_egress_cidrs,
+            tracking_destination(s),
+        ),
+    ):
+        if cidrs and (server is None or server.namespace):
+            yield ConfigError(
+                key,
+                cidrs,
+                f"empty when {endpoint_key} is unset or a Service name: the pods reach that Service's "
+                "namespace",
+            )
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            continue
+        if not cidrs and any(address in network for network in not_public):
+            yield ConfigError(
+                key,
+                cidrs,
+                f"the CIDR of {address} ({endpoint_key}), a private, link-local or shared address: "
+                "without it the pods may reach public addresses only",
+            )

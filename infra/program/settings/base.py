@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,16 @@ _IMAGE = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
 )
+
+
+def check_cidrs(value: list[str]) -> list[str]:
+    """Each entry a CIDR with its host bits zero (an egress rule's ipBlock)."""
+    for entry in value:
+        try:
+            ipaddress.ip_network(entry)
+        except ValueError:
+            raise ValueError("CIDRs such as 10.20.0.0/16 (the host bits zero)") from None
+    return value
 
 
 def check_pinned_image(value: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, key, optional_dns_label
+from infra.program.settings.base import SettingsGroup, check_cidrs, key, optional_dns_label
 
 
 class S3Settings(SettingsGroup):
@@ -38,6 +38,13 @@ class S3Settings(SettingsGroup):
         ge=0,
         le=65535,
     )
+    minio_egress_cidrs: list[str] = key(
+        "minioEgressCidrs",
+        [],
+        "Where pods may reach an S3 endpoint outside the cluster (minioEndpoint not a Service name), as "
+        "CIDRs (a store in your network: 10.20.0.0/16); empty: public addresses only, never a private, "
+        "link-local (instance metadata), shared or unique-local one.",
+    )
     minio_existing_secret: str = key(
         "minioExistingSecret",
         "",
@@ -64,3 +71,8 @@ class S3Settings(SettingsGroup):
     @classmethod
     def _existing_secret_dns_label(cls, value: str) -> str:
         return optional_dns_label(value)
+
+    @field_validator("minio_egress_cidrs")
+    @classmethod
+    def _minio_egress_cidrs(cls, value: list[str]) -> list[str]:
+        return check_cidrs(value)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Literal
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, key
+from infra.program.settings.base import SettingsGroup, check_cidrs, key
 
 
 class SeedSettings(SettingsGroup):
@@ -54,12 +53,7 @@ class SeedSettings(SettingsGroup):
     @field_validator("seed_https_egress_cidrs")
     @classmethod
     def _https_egress_cidrs(cls, value: list[str]) -> list[str]:
-        for entry in value:
-            try:
-                ipaddress.ip_network(entry)
-            except ValueError:
-                raise ValueError("CIDRs such as 10.20.0.0/16 (the host bits zero)") from None
-        return value
+        return check_cidrs(value)
 
     @field_validator("seed_mirrors")
     @classmethod

@@ -6,7 +6,7 @@ import re
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, key, optional_dns_label
+from infra.program.settings.base import SettingsGroup, check_cidrs, key, optional_dns_label
 
 # http(s)://HOST[:PORT][/PATH], no user info, query or fragment: what the trainer's client takes
 # (trainer/mlflow_rest.py), and a host a NetworkPolicy rule can be derived from.
@@ -34,6 +34,13 @@ class TrackingSettings(SettingsGroup):
         ge=0,
         le=65535,
     )
+    mlflow_egress_cidrs: list[str] = key(
+        "mlflowEgressCidrs",
+        [],
+        "Where the job's pods may reach a tracking server outside the cluster, as CIDRs (a server in "
+        "your network); empty: public addresses only, never a private, link-local (instance metadata), "
+        "shared or unique-local one.",
+    )
     mlflow_existing_secret: str = key(
         "mlflowExistingSecret",
         "",
@@ -56,3 +63,8 @@ class TrackingSettings(SettingsGroup):
     @classmethod
     def _mlflow_secret_dns_label(cls, value: str) -> str:
         return optional_dns_label(value)
+
+    @field_validator("mlflow_egress_cidrs")
+    @classmethod
+    def _mlflow_egress_cidrs(cls, value: list[str]) -> list[str]:
+        return check_cidrs(value)
