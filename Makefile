@@ -124,7 +124,7 @@ cluster-down: $(VENV)/.installed ## stop the local cluster and remove its state
 
 # A real preview and up of STACK (a stack of stacks/, or the path of a Pulumi.<name>.yaml of yours) against
 # the running local cluster (`make cluster-up` first); extra arguments in REHEARSE_ARGS (e.g. `--set
-# minioAccessKey=KEY --set minioSecretKey=SECRET --local-sources`).
+# minioAccessKey=KEY --set minioSecretKey=SECRET`).
 rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed ## a real preview and up of STACK against the running local cluster
 	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 

@@ -14,7 +14,7 @@ from pulumi.runtime.mocks import MockMonitor
 
 from infra.offline.stackconfig import StackConfig
 from infra.offline.upstream import Install, install_yaml, installs, source_of
-from infra.program.settings import PROJECT, Settings
+from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 
 if TYPE_CHECKING:
     from infra.program.config import S3Credentials
@@ -328,7 +328,8 @@ def to_yaml(rendering: Rendering) -> str:
         if reg.name in vendored:
             source = f"{vendored[reg.name].shown} (vendored {vendored[reg.name].version}, objects below)"
         if reg.type.startswith("kubernetes:helm.sh"):
-            header.append(f"# Also applied (Helm chart, server-side): {reg.inputs.get('chart')}")
+            chart = str(reg.inputs.get("chart")).removeprefix(f"{PROJECT_ROOT}/")  # a vendored archive
+            header.append(f"# Also applied (Helm chart, server-side): {chart}")
             header.append(
                 f"#   into namespace {reg.inputs.get('namespace')} with values "
                 f"{json.dumps(reg.inputs.get('values'), sort_keys=True)} (see infra/program/prerequisites.py)"

@@ -358,8 +358,11 @@ class BucketFill(pulumi.ComponentResource):
 
 
 def nfs_csi_chart(settings: Settings) -> str:
-    """The chart a mirror names (a relative local path made absolute), else upstream's at the pinned tag."""
-    return kustomize_source(settings.nfs_csi_chart) or NFS_CSI_CHART
+    """The chart a mirror names (a relative local path made absolute), else the vendored archive of
+    upstream's at the pinned tag, checked against upstream's sha256."""
+    from infra.program.vendored import nfs_csi_chart as vendored_chart
+
+    return kustomize_source(settings.nfs_csi_chart) or vendored_chart()
 
 
 def build_prerequisites(
@@ -377,7 +380,7 @@ def build_prerequisites(
             "nfsServer": NFS_SERVER_HOST,
             "nfsShare": NFS_SHARE,
             "storageProvisioner": PROVISIONER,
-            "nfsCsiChart": chart,
+            "nfsCsiChart": settings.nfs_csi_chart or NFS_CSI_CHART,
         }
     store = ObjectStore("minio", settings, credentials)
     fill = BucketFill("mnist-bucket", settings, store, watch)

@@ -126,8 +126,25 @@ def applied(settings: Settings) -> list[Vendored]:
     ]
 
 
+def nfs_csi_chart() -> str:
+    """The vendored csi-driver-nfs chart archive's absolute path, once its sha256 is upstream's."""
+    from infra.program.settings.prerequisites import NFS_CSI_CHART, NFS_CSI_CHART_SHA256, NFS_CSI_VERSION
+
+    digest = file_sha256(PROJECT_ROOT / NFS_CSI_CHART)
+    if digest != NFS_CSI_CHART_SHA256:
+        raise ManifestMismatch(
+            f"vendored csi-driver-nfs chart {NFS_CSI_VERSION}: {NFS_CSI_CHART}: sha256 {digest}, not "
+            f"upstream's {NFS_CSI_CHART_SHA256}; restore it (git checkout -- {NFS_CSI_CHART})"
+        )
+    return str(PROJECT_ROOT / NFS_CSI_CHART)
+
+
 def check(settings: Settings) -> None:
     """Raises ManifestMismatch for the first vendored file this stack would apply that is not the one
-    the index records (before the program registers anything)."""
+    the index records, or the vendored chart when it is not upstream's (before the program registers
+    anything)."""
     for component in applied(settings):
         component.verified()
+    nfs = settings.stack_role == "prerequisites" and settings.prerequisites_storage == "nfs"
+    if nfs and not settings.nfs_csi_chart:
+        nfs_csi_chart()

@@ -114,7 +114,7 @@ def test_26_the_groups_cover_every_shipped_stack() -> None:
 @pytest.mark.parametrize("first", list(GROUPS))
 def test_26_every_shipped_stack_rehearses_after_the_stack_it_names(first: str, tmp_path: Path) -> None:
     with own_cluster(tmp_path / "cluster") as state:
-        _previewed(rehearse(state, first, "--up", "--local-sources"))
+        _previewed(rehearse(state, first, "--up"))
         _platform_lists_landed(state, first)
         for job in GROUPS[first]:
             if job == "eks-gpu":

@@ -27,6 +27,7 @@ from infra.offline.effective import EffectivePod
 from infra.offline.manifest import RecordingMocks, _RecordingMonitor, normalise
 from infra.offline.render import is_builtin, unchecked_kinds, validation_errors
 from infra.offline.stackconfig import ROOT
+from infra.program.settings import PROJECT_ROOT
 from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
 from tests import conftest as root_conftest
 from tests.e2e import judge, live, project
@@ -230,13 +231,13 @@ def test_the_fixtures_pin_every_image_and_source_at_a_release():
     ]
     assert sorted(images) == sorted([NFS_SERVER_IMAGE, MINIO_IMAGE, IMAGE])
     assert all("@sha256:" in i for i in (NFS_SERVER_IMAGE, MINIO_IMAGE))
-    assert "/v4.11.0/" in NFS_CSI_CHART and "/download/v0.19.2/" in cluster.KUEUE_MANIFESTS
+    assert "-4.11.0.tgz" in NFS_CSI_CHART and "/download/v0.19.2/" in cluster.KUEUE_MANIFESTS
 
 
 def test_the_fixtures_program_registers_the_pinned_sources_and_the_objects_checked_here():
     mocks, outputs = _fixtures_program()
     by_type = {r.type: r for r in mocks.registrations}
-    assert by_type["kubernetes:helm.sh/v4:Chart"].inputs["chart"] == NFS_CSI_CHART
+    assert by_type["kubernetes:helm.sh/v4:Chart"].inputs["chart"] == str(PROJECT_ROOT / NFS_CSI_CHART)
     assert by_type["kubernetes:yaml/v2:ConfigFile"].inputs["file"] == cluster.KUEUE_MANIFESTS
     fill = next(r for r in mocks.registrations if r.name == "mnist-bucket-job")
     assert set(fill.options.dependencies) >= {"minio-deployment", "minio-service", "minio-secret"}

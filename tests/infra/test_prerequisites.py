@@ -3,6 +3,7 @@ that its keys stay secret, and its config errors."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -11,7 +12,13 @@ from infra.offline.manifest import REDACTED, RecordingMocks, render, run_program
 from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
 from infra.program.settings import PROJECT
-from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
+from infra.program.settings.prerequisites import (
+    MINIO_IMAGE,
+    NFS_CSI_CHART,
+    NFS_CSI_CHART_SHA256,
+    NFS_CSI_CHART_URL,
+    NFS_SERVER_IMAGE,
+)
 from tests.infra.conftest import BASE, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
@@ -173,8 +180,15 @@ def test_csi_driver_nfs_comes_from_its_chart_at_the_pinned_tag_or_a_mirror():
         return reg.inputs
 
     upstream = chart()
-    assert upstream["chart"] == NFS_CSI_CHART
-    assert NFS_CSI_CHART.endswith("/csi-driver-nfs/v4.11.0/charts/v4.11.0/csi-driver-nfs-4.11.0.tgz")
+    # Upstream's archive, vendored and checked: nothing is fetched at up.
+    assert (
+        upstream["chart"] == str(ROOT / NFS_CSI_CHART) == str(ROOT / "infra/charts/csi-driver-nfs-4.11.0.tgz")
+    )
+    digest = hashlib.sha256((ROOT / NFS_CSI_CHART).read_bytes()).hexdigest()
+    assert (
+        digest == NFS_CSI_CHART_SHA256 == "e44bcd7f6934fe6cb07194a1b6e780ca4a428c5d37330a9db2bfa7a9300c8da5"
+    )
+    assert NFS_CSI_CHART_URL.endswith("/csi-driver-nfs/v4.11.0/charts/v4.11.0/csi-driver-nfs-4.11.0.tgz")
     assert upstream["namespace"] == "kube-system"
     assert upstream["values"] == {
         "controller": {"enableSnapshotter": False},
@@ -337,3 +351,19 @@ def test_a_fill_job_that_cannot_pull_its_image_fails_up_with_one_line_naming_the
     )
     assert "/apis/batch/v1/namespaces/minio/jobs/minio-mnist" in cluster.paths
     assert any(p.startswith("/api/v1/namespaces/minio/pods?") and "minio-mnist" in p for p in cluster.paths)
+
+
+def test_a_vendored_chart_changed_in_place_stops_the_preview_with_one_line(tmp_path, monkeypatch):
+    from infra.program import vendored
+
+    changed = tmp_path / NFS_CSI_CHART
+    changed.parent.mkdir(parents=True)
+    changed.write_bytes((ROOT / NFS_CSI_CHART).read_bytes() + b"\0")
+    monkeypatch.setattr(vendored, "PROJECT_ROOT", tmp_path)
+    with pytest.raises(vendored.ManifestMismatch) as refused:
+        vendored.nfs_csi_chart()
+    digest = hashlib.sha256(changed.read_bytes()).hexdigest()
+    assert str(refused.value) == (
+        f"vendored csi-driver-nfs chart v4.11.0: {NFS_CSI_CHART}: sha256 {digest}, not "
+        f"upstream's {NFS_CSI_CHART_SHA256}; restore it (git checkout -- {NFS_CSI_CHART})"
+    )

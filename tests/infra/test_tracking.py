@@ -54,6 +54,9 @@ def test_a_server_without_a_secret_gets_no_credentials() -> None:
     assert set(tracking_env(template)) == {"MLFLOW_TRACKING_URI"}
 
 
+from tests.infra.test_isolation import PUBLIC  # noqa: E402
+
+
 def _namespace(name: str) -> list[dict]:
     return [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}]
 
@@ -73,9 +76,9 @@ def _namespace(name: str) -> list[dict]:
             {"mlflowTrackingUri": "http://mlflow/"},
             {"to": _namespace("ddp-mnist"), "ports": [{"protocol": "TCP", "port": 80}]},
         ),
-        (
+        (  # outside the cluster: public addresses only (tests/infra/test_isolation.py PUBLIC)
             {"mlflowTrackingUri": "https://mlflow.example.com/tracking"},
-            {"ports": [{"protocol": "TCP", "port": 443}]},
+            {"to": PUBLIC, "ports": [{"protocol": "TCP", "port": 443}]},
         ),
     ],
 )

@@ -364,14 +364,14 @@ def test_a_stand_in_sees_its_own_tmp_and_service_account_even_with_its_state_und
     assert (tmp_path / "pod").exists()  # the host's /tmp is untouched outside the namespace
 
 
-def test_local_sources_take_the_csi_chart_from_the_kept_archive_and_leave_the_vendored_manifests():
-    """The platform's manifests need no flag (infra/manifests); a prerequisites stack's chart does."""
+def test_a_rehearsal_sets_no_source_for_the_vendored_manifests_and_chart():
+    """The platform's manifests (infra/manifests) and a prerequisites stack's chart (infra/charts) are
+    vendored: a rehearsal sets no source for them."""
     from infra.offline.realcluster.rehearse import rehearsal_config
-    from infra.offline.realcluster.sources import csi_driver_nfs_chart
 
-    prerequisites = rehearsal_config("dev-prereqs", [], local_sources=True)
-    assert prerequisites.plain["ddp-mnist:nfsCsiChart"] == str(csi_driver_nfs_chart())
-    platform = rehearsal_config("gke-platform", [], local_sources=True)
+    prerequisites = rehearsal_config("dev-prereqs", [])
+    assert "ddp-mnist:nfsCsiChart" not in prerequisites.plain
+    platform = rehearsal_config("gke-platform", [])
     assert not {"operatorSource", "trainerSource", "kserveSource", "nfsCsiChart"} & {
         key.split(":", 1)[1] for key in platform.plain
     }

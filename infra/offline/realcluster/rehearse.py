@@ -3,7 +3,7 @@ the real engine and provider, against a real API server that enforces its namesp
 quotas and limit ranges (`make rehearse STACK=<name>`, after `make cluster-up`).
 
     python -m infra.offline.realcluster.rehearse --stack NAME [--up] [--set KEY=VALUE ...]
-                                                 [--local-sources] [--state DIR]
+                                                 [--state DIR]
 
 The stack's config is `stacks/Pulumi.<NAME>.yaml` as it is: its values are written into the rehearsal
 project's own stack file (lists stay lists, as the CLI checks them against the project's types), in a
@@ -11,9 +11,8 @@ file backend of the cluster's own (`<state>/pulumi`), never your real backend. V
 (`secure:`) cannot be read here: each becomes a placeholder secret, named in one line; `--set` gives a
 key a value instead (the S3 keys are set as secrets, encrypted by the rehearsal backend; a list key takes
 `[a, b]`). The training operator, Trainer v2 (with JobSet) and KServe come from their vendored manifests
-(infra/manifests) as on any cluster; `--local-sources` also takes csi-driver-nfs's chart (a prerequisites
-stack's `nfsCsiChart`) from the archive the tier keeps (infra/offline/realcluster/sources.py) instead of
-GitHub, for a machine without access to GitHub. Pods run no process (KWOK completes them), so a
+(infra/manifests), and a prerequisites stack's csi-driver-nfs from its vendored chart (infra/charts), as on
+any cluster: nothing is fetched from GitHub. Pods run no process (KWOK completes them), so a
 rehearsal proves what the engine, the API server and the controllers do with the stack, not the
 training itself (`make run` proves that).
 
@@ -43,7 +42,6 @@ import yaml
 from pulumi import automation as auto
 
 from infra.offline import exit_codes_epilog
-from infra.offline.realcluster import sources
 from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO, BuildError, binary
 from infra.offline.realcluster.cluster import DEFAULT_STATE, ClusterError, State, alive
 from infra.offline.realcluster.expected import missing_prerequisites
@@ -198,7 +196,7 @@ def stack_source(stack: str) -> tuple[str, StackConfig, dict[str, Any]]:
     return name, with_stand_in_secrets(from_mapping(name, config)), config
 
 
-def rehearsal_config(stack: str, overrides: list[str], local_sources: bool = False) -> RehearsalConfig:
+def rehearsal_config(stack: str, overrides: list[str]) -> RehearsalConfig:
     """The stack's config for the rehearsal: its stack file's values as they are, `--set` on top, each
     secret key (an encrypted value, or an S3 key the file leaves unset) a named placeholder unless set."""
     name, loaded, written = stack_source(stack)
@@ -220,9 +218,6 @@ def rehearsal_config(stack: str, overrides: list[str], local_sources: bool = Fal
             secret.pop(full, None)
         if full in placeholders:
             placeholders.remove(full)
-    chart = f"{PROJECT}:nfsCsiChart"
-    if local_sources and plain.get(f"{PROJECT}:stackRole") == "prerequisites" and chart not in plain:
-        plain[chart] = str(sources.csi_driver_nfs_chart())
     return RehearsalConfig(name, plain, secret, placeholders)
 
 
@@ -334,12 +329,6 @@ def main(argv: list[str] | None = None) -> int:
         help="a config value (repeatable); a list key takes [a, b]",
     )
     parser.add_argument(
-        "--local-sources",
-        action="store_true",
-        help="take csi-driver-nfs's chart from the tier's archive (no GitHub; the operators' manifests "
-        "are vendored)",
-    )
-    parser.add_argument(
         "--state", type=Path, default=DEFAULT_STATE, help=f"the cluster's state (default {DEFAULT_STATE})"
     )
     args = parser.parse_args(argv)
@@ -352,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_NOT_RUNNING
     try:
-        config = rehearsal_config(args.stack, args.set, args.local_sources)
+        config = rehearsal_config(args.stack, args.set)
         env = environment(state)
     except (StackNotFound, ValueError, ClusterError) as error:
         print(f"rehearse: {error}", file=sys.stderr)

@@ -21,12 +21,16 @@ MINIO = "minio"
 MINIO_PORT = 9000
 MINIO_ENDPOINT = f"{MINIO}.{MINIO_NAMESPACE}.svc.cluster.local:{MINIO_PORT}"
 
-# csi-driver-nfs's chart as upstream publishes it in its repository at the release tag.
+# csi-driver-nfs's chart as upstream publishes it in its repository at the release tag (NFS_CSI_CHART_URL),
+# vendored at NFS_CSI_CHART (relative to the project root) and applied only when its sha256 is upstream's:
+# nothing is fetched, and an archive changed in place stops the preview (infra/program/vendored.py).
 NFS_CSI_VERSION = "v4.11.0"
-NFS_CSI_CHART = (
+NFS_CSI_CHART_URL = (
     f"https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/{NFS_CSI_VERSION}/charts/"
     f"{NFS_CSI_VERSION}/csi-driver-nfs-{NFS_CSI_VERSION.lstrip('v')}.tgz"
 )
+NFS_CSI_CHART = f"infra/charts/csi-driver-nfs-{NFS_CSI_VERSION.lstrip('v')}.tgz"
+NFS_CSI_CHART_SHA256 = "e44bcd7f6934fe6cb07194a1b6e780ca4a428c5d37330a9db2bfa7a9300c8da5"
 # The NFS server of csi-driver-nfs's own example (deploy/example/nfs-provisioner/nfs-server.yaml, which
 # runs it by :latest). Tag 12 is the image's last release; the digest is its linux/amd64 image manifest
 # (the tag is no multi-arch index, so arm64 nodes need a mirror of another build: nfsServerImage), as
@@ -61,8 +65,9 @@ class PrerequisitesSettings(SettingsGroup):
         "",
         f"Helm chart of csi-driver-nfs a prerequisites stack installs (a mirror for air-gapped clusters, "
         f"whose values may name mirrored images): a chart directory or .tgz (absolute, or ./ or ../ "
-        f"relative to the directory of Pulumi.yaml) or an https URL of the chart archive; empty uses "
-        f"upstream's chart {NFS_CSI_VERSION} from GitHub.",
+        f"relative to the directory of Pulumi.yaml) or an https URL of the chart archive, applied as "
+        f"given; empty uses upstream's chart {NFS_CSI_VERSION} vendored at {NFS_CSI_CHART}, checked "
+        f"against upstream's sha256 first.",
     )
     nfs_server_image: str = key(
         "nfsServerImage",
