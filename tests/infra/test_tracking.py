@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.infra.conftest import pod_templates, render_config
-from tests.infra.test_isolation import job_policy
+from tests.infra.test_isolation import PUBLIC, job_policy
 
 SECRET_KEYS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
 
@@ -52,9 +52,6 @@ def test_a_server_without_a_secret_gets_no_credentials() -> None:
     rendering = render_config({"mlflowTrackingUri": "https://mlflow.example.com/tracking"})
     (template, *_) = pod_templates(rendering)
     assert set(tracking_env(template)) == {"MLFLOW_TRACKING_URI"}
-
-
-from tests.infra.test_isolation import PUBLIC  # noqa: E402
 
 
 def _namespace(name: str) -> list[dict]:
