@@ -216,18 +216,32 @@ class JobNetworkPolicy(pulumi.ComponentResource):
 DEFAULT_DENY = f"{PROJECT}-default-deny"
 
 
-def default_deny(settings: Settings, namespace: pulumi.Input[str]) -> net.NetworkPolicy:
+def default_deny(
+    settings: Settings,
+    namespace: pulumi.Input[str],
+    resource_name: str = "default-deny",
+    opts: pulumi.ResourceOptions | None = None,
+) -> net.NetworkPolicy:
     """Every pod of the namespace isolated both ways unless a policy of its own allows it (the job's,
     the seed's, the server's): a pod nobody wrote a policy for reaches nothing and nothing reaches it."""
     return net.NetworkPolicy(
-        "default-deny",
+        resource_name,
         metadata=meta.ObjectMetaArgs(
             name=DEFAULT_DENY, namespace=namespace, labels=labels(settings, "namespace")
         ),
         spec=net.NetworkPolicySpecArgs(
             pod_selector=meta.LabelSelectorArgs(), policy_types=["Ingress", "Egress"]
         ),
+        opts=opts,
     )
+
+
+def https_egress(settings: Settings) -> net.NetworkPolicyEgressRuleArgs:
+    """Out on 443 to seedHttpsEgressCidrs, else to public addresses only: an MNIST mirror."""
+    to = [
+        net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in settings.seed_https_egress_cidrs
+    ] or public_internet()
+    return net.NetworkPolicyEgressRuleArgs(to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=443)])
 
 
 class JobServiceAccount(pulumi.ComponentResource):

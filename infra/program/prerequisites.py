@@ -18,7 +18,9 @@ before the `dev` stack's first `pulumi up`.
   (`python -m trainer.seed`, which creates the bucket and is idempotent), awaited: a failed fill fails
   `pulumi up` with one line.
 
-The data lives in emptyDirs, as long as the pods: a development cluster's, not a production store.
+Each namespace denies by default, and each pod has a NetworkPolicy of its own
+(`infra/program/prerequisite_policies.py`). The data lives in emptyDirs, as long as the pods: a
+development cluster's, not a production store.
 tests/e2e/fixtures/cluster.py builds the cluster tier's fixtures through this module.
 """
 
@@ -41,6 +43,12 @@ from infra.program.jobs import (
 )
 from infra.program.meta import JOB_LABEL, labels
 from infra.program.podspec import base_env, container_security, pod_security, s3_key_env
+from infra.program.prerequisite_policies import (
+    fill_policy_spec,
+    minio_policy_spec,
+    namespace_policies,
+    nfs_policy_spec,
+)
 from infra.program.seed import REPLACE_UNREADY, seed_resources
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.prerequisites import (
@@ -265,6 +273,8 @@ class NfsServer(pulumi.ComponentResource):
         self.service, self.deployment = server(
             NFS_SERVER, space, settings, nfs_server_pod(settings), NFS_PORTS, child
         )
+        specs = {NFS_SERVER: nfs_policy_spec(NFS_PORTS)}
+        namespace_policies(name, settings, space.metadata.name, specs, child)
         self.register_outputs({})
 
 
@@ -304,6 +314,8 @@ class ObjectStore(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[self.secret]),
             annotations={SECRET_VERSION: self.secret.metadata.resource_version},
         )
+        specs = {MINIO: minio_policy_spec(settings), FILL_JOB: fill_policy_spec(settings, FILL_JOB)}
+        self.policies = namespace_policies(name, settings, space.metadata.name, specs, child)
         self.register_outputs({})
 
 
@@ -321,7 +333,7 @@ class BucketFill(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{PROJECT}:prerequisites:BucketFill", name, {}, opts)
         # After MinIO is Available (the Deployment is awaited) behind its Service, with its Secret.
-        after = (store.deployment, store.service, store.secret)
+        after = (store.deployment, store.service, store.secret, *store.policies)
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
             metadata=meta.ObjectMetaArgs(

@@ -31,7 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program import scheduling
-from infra.program.isolation import dns_egress, egress_to, job_pods, public_internet, s3_destination
+from infra.program.isolation import dns_egress, egress_to, https_egress, job_pods, s3_destination
 from infra.program.jobs import (
     logs_command,
     no_wait_annotations,
@@ -62,7 +62,6 @@ CONTAINER = "seed"
 SEED_CPU_REQUEST = "250m"
 SEED_MEMORY_REQUEST = "256Mi"
 SEED_MEMORY_LIMIT = "512Mi"
-HTTPS = 443
 # MNIST is 11 MB: a seed still running after this (a source that stalls without failing) fails, so a
 # stuck seed never holds a node, a GPU node with it, for long.
 SEED_DEADLINE_SECONDS = 1800
@@ -149,18 +148,7 @@ def seed_network_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
     names = JobNames(job=SEED_JOB, service=SEED_JOB, checkpoint_dir="")
     egress = [dns_egress(settings)]
     s3 = s3_destination(settings) if settings.seed_source == "s3" else None
-    if s3 is not None:
-        egress.append(egress_to(s3))
-    else:
-        to = [
-            net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c))
-            for c in settings.seed_https_egress_cidrs
-        ] or public_internet()
-        egress.append(
-            net.NetworkPolicyEgressRuleArgs(
-                to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=HTTPS)]
-            )
-        )
+    egress.append(egress_to(s3) if s3 is not None else https_egress(settings))
     return net.NetworkPolicySpecArgs(
         pod_selector=job_pods(names), policy_types=["Ingress", "Egress"], egress=egress
     )

@@ -187,12 +187,13 @@ def connects(namespace: str, address: str, image: str) -> bool:
 
 
 def check_the_network_policies(tools: str) -> None:
-    """The dev stack's NetworkPolicies as the real node's engine (kube-router) enforces them: a pod of
+    """The dev stacks' NetworkPolicies as the real node's engine (kube-router) enforces them: a pod of
     another namespace does not reach the model server (its policy admits the stack's namespace alone),
-    though it reaches MinIO (whose namespace has no policy: the probe and the network work); a pod of
-    the job's namespace that no policy names reaches nothing, MinIO included (the default deny). The
-    allowed paths (seed and server to MinIO, rank to rank, the kubelet's probes) are the dev path's own,
-    which succeeded under the same engine."""
+    though it reaches MinIO (whose policy admits every namespace's pods on 9000: the probe and the
+    network work); a pod of the job's namespace, or of MinIO's, that no policy names reaches nothing,
+    MinIO included (each namespace's default deny). The allowed paths (the fill to its mirror and to
+    MinIO, seed and server to MinIO, rank to rank, the kubelet's probes) are the dev path's own, which
+    succeeded under the same engine."""
     place_on_the_node(PROBE_NAMESPACE)
     try:
         server, _ = service_address("mnist-serve", DEV_NAMESPACE)
@@ -200,5 +201,6 @@ def check_the_network_policies(tools: str) -> None:
         assert connects(PROBE_NAMESPACE, store, tools), "a pod of another namespace cannot reach MinIO"
         assert not connects(PROBE_NAMESPACE, server, tools), "the model server admits another namespace"
         assert not connects(DEV_NAMESPACE, store, tools), "the job namespace's default deny lets a pod out"
+        assert not connects(STORE_NAMESPACE, store, tools), "MinIO's namespace's default deny lets a pod out"
     finally:
         live.kubectl("delete", "namespace", PROBE_NAMESPACE, "--ignore-not-found", "--wait=false")

@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,13 @@ def shown_matches(shown: str, got: str) -> bool:
     """`got` is what the page shows, each `…` standing for any text."""
     pattern = ".*?".join(re.escape(part) for part in shown.split("…"))
     return re.fullmatch(pattern, got, re.DOTALL) is not None
+
+
+def mirror_address(url: str) -> str:
+    """The mirror's IP address, from its base URL (https://ADDRESS:PORT/)."""
+    host = urllib.parse.urlsplit(url).hostname
+    assert host is not None, url
+    return host
 
 
 def filled(line: str, values: dict[str, str]) -> str:
@@ -201,6 +209,7 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
         "<a passphrase of yours>": "correct horse battery staple",
         "<your mirror of the MinIO image>": node_images["minio"],
         "<your https mirror of MNIST>": mnist_mirror,
+        "<your mirror network, as a CIDR>": f"{mirror_address(mnist_mirror)}/32",
         "<your ReadWriteMany class>": STORAGE_CLASS,
         "<your mirror of the init container image>": node_images["tools"],
     }

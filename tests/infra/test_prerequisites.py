@@ -367,3 +367,64 @@ def test_a_vendored_chart_changed_in_place_stops_the_preview_with_one_line(tmp_p
         f"vendored csi-driver-nfs chart v4.11.0: {NFS_CSI_CHART}: sha256 {digest}, not "
         f"upstream's {NFS_CSI_CHART_SHA256}; restore it (git checkout -- {NFS_CSI_CHART})"
     )
+
+
+def _policies(rendering) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (o["metadata"]["namespace"], o["metadata"]["name"]): o["spec"]
+        for o in rendering.objects
+        if o["kind"] == "NetworkPolicy"
+    }
+
+
+def test_each_prerequisite_namespace_denies_by_default_and_each_pod_gets_what_it_serves_and_reaches():
+    from tests.infra.test_isolation import DNS_RULE, PUBLIC
+
+    rendering = _render()
+    policies = _policies(rendering)
+    assert set(policies) == {
+        ("minio", "ddp-mnist-default-deny"),
+        ("minio", "minio"),
+        ("minio", "minio-mnist"),
+        ("nfs-system", "ddp-mnist-default-deny"),
+        ("nfs-system", "nfs-server"),
+    }
+    for namespace in ("minio", "nfs-system"):
+        assert policies[(namespace, "ddp-mnist-default-deny")] == {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+        }
+    minio = policies[("minio", "minio")]
+    assert (
+        minio["podSelector"]["matchLabels"]
+        == _named(rendering.objects, "Deployment", "minio")["spec"]["selector"]["matchLabels"]
+    )
+    assert minio["ingress"] == [
+        {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9000}]}
+    ]
+    assert minio["egress"] == [DNS_RULE]
+    fill = policies[("minio", "minio-mnist")]
+    assert fill["podSelector"] == {"matchLabels": {"ddp-mnist.io/job": "minio-mnist"}}
+    assert "ingress" not in fill and fill["policyTypes"] == ["Ingress", "Egress"]
+    dns, store, https = fill["egress"]
+    assert dns == DNS_RULE
+    assert store == {
+        "to": [{"podSelector": minio["podSelector"]}],
+        "ports": [{"protocol": "TCP", "port": 9000}],
+    }
+    assert https == {"to": PUBLIC, "ports": [{"protocol": "TCP", "port": 443}]}
+    nfs = policies[("nfs-system", "nfs-server")]
+    assert "egress" not in nfs and nfs["policyTypes"] == ["Ingress", "Egress"]
+    assert nfs["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 2049}, {"protocol": "UDP", "port": 111}]
+    # The fill starts once its policy is in place (the namespace's default deny would isolate it).
+    regs = {r.name: r for r in rendering.registrations}
+    assert {"minio-minio-mnist-policy", "minio-default-deny"} <= set(regs["mnist-bucket-job"].dependencies)
+
+
+def test_a_mirror_inside_the_network_is_reached_at_its_declared_cidr():
+    policies = _policies(_render({"seedHttpsEgressCidrs": ["10.1.2.3/32"]}))
+    https = policies[("minio", "minio-mnist")]["egress"][2]
+    assert https == {
+        "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}],
+        "ports": [{"protocol": "TCP", "port": 443}],
+    }
