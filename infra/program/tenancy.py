@@ -11,6 +11,8 @@ rights, StorageClasses, and a guard on the namespaces' Pod Security labels.
   LimitRange (the namespace's budget is not the team's to raise), no role or binding.
 - **StorageClasses** (`platformStorageClasses`): `storageClassName` and its `-data` class, from this
   stack's storage keys, as a job stack would create them (`infra/program/storage.py`).
+- **The Service guard** (`infra/program/service_guard.py`): in the team namespaces, Services of type
+  ClusterIP only, unless the platform grants more.
 - **The label guard** (`podSecurityLabelGuard`): a ValidatingAdmissionPolicy on namespaces. Only an
   identity the authorizer allows `update` on `podsecuritylabels.ddp-mnist.io` (no such resource exists:
   the check is a permission only; cluster-admin's `*` holds it, and the ClusterRole
@@ -29,6 +31,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.meta import labels
+from infra.program.service_guard import NOT_THE_CONTROL_PLANE, ServiceGuard
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.tenancy import parse_deployer
 from infra.program.storage import storage_class_args
@@ -184,6 +187,8 @@ class TeamTenancy(pulumi.ComponentResource):
                 self.storage_classes.append(created.metadata.name)
         if settings.pod_security_label_guard:
             self._label_guard(name, settings, child)
+        if settings.team_namespace_levels:
+            ServiceGuard(f"{name}-services", settings, list(settings.team_namespace_levels), child)
         self.register_outputs({"namespaces": self.namespaces, "storage_classes": self.storage_classes})
 
     @staticmethod
@@ -273,16 +278,7 @@ class TeamTenancy(pulumi.ComponentResource):
                 },
                 # The control plane's own identities are not judged: its components (users `system:...`
                 # other than service accounts) and kube-system's service accounts.
-                "matchConditions": [
-                    {
-                        "name": "not-the-control-plane",
-                        "expression": (
-                            "!(request.userInfo.username.startsWith('system:') && "
-                            "!request.userInfo.username.startsWith('system:serviceaccount:')) && "
-                            "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
-                        ),
-                    }
-                ],
+                "matchConditions": [{"name": "not-the-control-plane", "expression": NOT_THE_CONTROL_PLANE}],
                 "variables": label_guard_variables(),
                 "validations": label_guard_validations(settings.pod_security_privileged_namespaces),
             },

@@ -5,7 +5,8 @@ authorizer and admission (ValidatingAdmissionPolicy with CEL's `authorizer`):
     a job stack deployed by that user alone (a client certificate the cluster's CA signed: no group, no
     right but what the platform bound) seeds, trains and passes its waits, and its `up` aimed at another
     namespace is refused naming that user; the same user cannot create
-    a namespace, read another namespace's Secrets, or relabel its own namespace (RBAC). Given the right to
+    a namespace, read another namespace's Secrets, or relabel its own namespace (RBAC), and its NodePort
+    Service is refused by the Service guard while a ClusterIP passes. Given the right to
     patch namespaces, its relabel is refused by the label guard, while a label other than Pod Security's
     passes; bound to ddp-mnist-pod-security-admin, its relabel passes. Not even the cluster admin may make
     a namespace enforce privileged outside podSecurityPrivilegedNamespaces.
@@ -38,6 +39,7 @@ DEPLOYER = "ddp-mnist-team-deployer"
 CLASS = "ddp-mnist-nfs-team"
 ENFORCE = "pod-security.kubernetes.io/enforce"
 GUARD = "ddp-mnist-pod-security-labels"
+SERVICES = "ddp-mnist-team-services"
 GRANT = "test-namespace-patcher"  # what scenario 22 gives the deployer on top, then takes back
 
 
@@ -129,6 +131,17 @@ def test_22_a_job_stack_deploys_with_its_team_role_alone_and_cannot_relabel_its_
     }
     for what, done in refused.items():
         assert done.returncode != 0 and "Forbidden" in done.stderr, (what, done.stderr)
+
+    # Services stay inside the cluster: a NodePort is refused by the Service guard, a ClusterIP passes.
+    nodeport = as_user(kubeconfig, "create", "service", "nodeport", "escape", "--tcp=80:8080", "-n", TEAM)
+    assert nodeport.returncode != 0, nodeport.stdout
+    assert (
+        f"ValidatingAdmissionPolicy '{SERVICES}' with binding '{SERVICES}' denied request" in nodeport.stderr
+    )
+    assert f"Service {TEAM}/escape: type NodePort puts the namespace on addresses outside" in nodeport.stderr
+    inside = as_user(kubeconfig, "create", "service", "clusterip", "inside", "--tcp=80:8080", "-n", TEAM)
+    assert inside.returncode == 0, inside.stderr
+    assert as_user(kubeconfig, "delete", "service", "inside", "-n", TEAM).returncode == 0
 
     # Given the right to patch namespaces, the label guard refuses the relabel; other labels pass.
     live.kubectl("create", "clusterrole", GRANT, "--verb=get,patch,update", "--resource=namespaces")

@@ -273,3 +273,30 @@ def test_the_guards_messages_are_concatenations_cel_can_parse():
     )
     for validation in policy["spec"]["validations"]:
         assert MESSAGE_EXPRESSION.fullmatch(validation["messageExpression"]), validation["messageExpression"]
+
+
+def test_team_namespaces_get_the_service_guard_clusterip_only_unless_the_platform_grants_more():
+    from infra.program.service_guard import SERVICE_GUARD
+
+    rendering = render_config(
+        {**PLATFORM, "teamNamespaces": ["team-b", "team-a"], "podSecurityLabelGuard": False}
+    )
+    (policy,) = by_kind(rendering, "ValidatingAdmissionPolicy")
+    assert policy["metadata"]["name"] == SERVICE_GUARD
+    constraints = policy["spec"]["matchConstraints"]
+    assert constraints["resourceRules"][0]["resources"] == ["services"]
+    assert constraints["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+        ]
+    }
+    (rule,) = policy["spec"]["validations"]
+    assert rule["expression"].startswith("!has(object.spec.type) || object.spec.type == 'ClusterIP' || ")
+    assert "resource('externalservices')" in rule["expression"] and rule["reason"] == "Forbidden"
+    (binding,) = by_kind(rendering, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": SERVICE_GUARD, "validationActions": ["Deny"]}
+    # Without team namespaces there is nothing to guard.
+    assert (
+        by_kind(render_config({**PLATFORM, "podSecurityLabelGuard": False}), "ValidatingAdmissionPolicy")
+        == []
+    )

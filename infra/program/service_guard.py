@@ -1,0 +1,96 @@
+"""The Service guard: in the platform's team namespaces a Service stays inside the cluster.
+
+A job stack needs ClusterIP Services alone (the Indexed Job's headless one, the model server's); the
+deployer Role may write Services, and RBAC cannot tell a ClusterIP from a LoadBalancer or a NodePort,
+either of which would put the namespace's pods on the node's or the cloud's addresses. This
+ValidatingAdmissionPolicy refuses a Service of any other type in a team namespace unless the authorizer
+allows `create` on `externalservices.ddp-mnist.io` in that namespace (no such resource exists: the check
+is a permission only; cluster-admin's `*` holds it, as would a Role the platform grants). Like the label
+guard (`infra/program/tenancy.py`), it leaves the control plane's own identities alone.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.program.meta import labels
+from infra.program.settings import PROJECT, Settings
+
+SERVICE_GUARD = f"{PROJECT}-team-services"
+SERVICE_PERMISSION = ("ddp-mnist.io", "externalservices", "create")
+NOT_THE_CONTROL_PLANE = (
+    "!(request.userInfo.username.startsWith('system:') && "
+    "!request.userInfo.username.startsWith('system:serviceaccount:')) && "
+    "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
+)
+
+
+def service_guard_validation() -> dict[str, str]:
+    """ClusterIP (the default when no type is given), or the platform's permission."""
+    group, resource, verb = SERVICE_PERMISSION
+    return {
+        "expression": (
+            "!has(object.spec.type) || object.spec.type == 'ClusterIP' || "
+            f"authorizer.group('{group}').resource('{resource}').namespace(object.metadata.namespace)"
+            f".check('{verb}').allowed()"
+        ),
+        "messageExpression": (
+            "'Service ' + object.metadata.namespace + '/' + object.metadata.name + ': type ' + "
+            "object.spec.type + ' puts the namespace on addresses outside the cluster; ' + "
+            f"request.userInfo.username + ' may create ClusterIP Services only: other types take {verb} on "
+            f"{resource}.{group}, a platform right ({SERVICE_GUARD})'"
+        ),
+        "reason": "Forbidden",
+    }
+
+
+class ServiceGuard(pulumi.ComponentResource):
+    """The policy and its binding, for the team namespaces."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        namespaces: list[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(f"{PROJECT}:tenancy:ServiceGuard", name, {}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        meta = k8s.meta.v1.ObjectMetaArgs(name=SERVICE_GUARD, labels=labels(settings, "tenancy"))
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-policy",
+            metadata=meta,
+            spec={
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE", "UPDATE"],
+                            "resources": ["services"],
+                        }
+                    ],
+                    "namespaceSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "In",
+                                "values": sorted(namespaces),
+                            }
+                        ]
+                    },
+                },
+                "matchConditions": [{"name": "not-the-control-plane", "expression": NOT_THE_CONTROL_PLANE}],
+                "validations": [service_guard_validation()],
+            },
+            opts=child,
+        )
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-binding",
+            metadata=meta,
+            spec={"policyName": policy.metadata.name, "validationActions": ["Deny"]},
+            opts=child,
+        )
+        self.register_outputs({})
