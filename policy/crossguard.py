@@ -52,9 +52,9 @@ DEVICE_PLUGIN = "ddp-mnist:platform:NvidiaDevicePlugin"  # infra/program/device_
 # workloads come from their upstream manifests, which this platform does not author (set [] to check them
 # too). KServe v0.20.0's release manifest (infra/manifests/kserve) alone has 3 violations there (a
 # DaemonSet that is not restricted, a container without requests and limits, a ClusterStorageContainer
-# whose container the pack does not read), the training operator's and Trainer v2's overlays 5 more
-# (neither controller sets requests and limits; the operator's container keeps its capabilities and sets
-# neither runAsNonRoot nor a seccomp profile); the goldens of the platform stacks show those objects.
+# whose container the pack does not read), Trainer v2's overlay 1 more (its controller sets no requests
+# and limits; the training operator's Deployment is brought to "restricted" with requests and a limit by
+# the platform's transform); the goldens of the platform stacks show those objects.
 # The device plugin needs a hostPath and root (Pod Security "restricted" forbids both; kube-system is
 # exempt from it on managed clusters).
 EXCLUSIONS: dict[str, dict[str, Any]] = {

@@ -95,6 +95,38 @@ def test_the_operator_deployment_gets_the_restricted_template_and_pinned_init_im
     assert UPSTREAM_DEPLOYMENT["spec"]["template"]["spec"]["containers"][0].get("args") is None  # not mutated
 
 
+def test_the_operator_pod_meets_restricted_with_requests_and_its_namespace_enforces_it():
+    from infra.offline.admission import podsecurity
+
+    props = _apply(_transform({}), "kubernetes:apps/v1:Deployment", copy.deepcopy(UPSTREAM_DEPLOYMENT)).props
+    pod = props["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert pod["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert podsecurity.violations(pod, "restricted") == []
+    upstream = copy.deepcopy(UPSTREAM_DEPLOYMENT)["spec"]["template"]
+    assert podsecurity.violations(upstream, "restricted") != []  # what upstream's manifest sets is not enough
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow"}}
+    labelled = _apply(_transform({}), "kubernetes:core/v1:Namespace", namespace).props
+    assert labelled["metadata"]["labels"] == {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }
+
+
 def test_the_mirror_keys_cover_every_image_the_operator_pulls():
     mirror = {
         "operatorImage": "registry.internal/kubeflow/training-operator:v1-93c5489",

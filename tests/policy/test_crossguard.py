@@ -386,12 +386,8 @@ def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_ref
         assert {m.split(":", 1)[0] for p, m in reported if p == policy} == controllers, policy
     assert found == [
         ("pod-security-restricted", "DaemonSet kserve-localmodelnode-agent"),  # a hostPath volume
-        # runAsNonRoot, seccompProfile and capabilities unset
-        ("pod-security-restricted", "Deployment training-operator"),
-        ("pod-security-restricted", "Deployment training-operator"),
-        ("pod-security-restricted", "Deployment training-operator"),
+        # The training operator meets both: the platform's transform (infra/program/training_operator.py).
         ("requests-and-limits-set", "Deployment kserve-controller-manager"),
         ("requests-and-limits-set", "Deployment kubeflow-trainer-controller-manager"),
-        ("requests-and-limits-set", "Deployment training-operator"),
         ("workloads-understood", "ClusterStorageContainer default"),
     ]
