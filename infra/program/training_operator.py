@@ -151,6 +151,9 @@ def configure_deployment(props: dict[str, Any], settings: Settings) -> dict[str,
         *container.get("args", []),
         f"--pytorch-init-container-image={settings.operator_init_container_image}",
         f"--pytorch-init-container-template-file={TEMPLATE_DIR}/{TEMPLATE_FILE}",
+        # PyTorchJob alone: the other kinds' controllers (MPIJob's exec into pods, creates Roles,
+        # RoleBindings and ServiceAccounts) do not start, and their rights are dropped (`narrowed_role`).
+        "--enable-scheme=pytorchjob",
     ]
     if settings.operator_image:
         container["image"] = settings.operator_image
@@ -181,6 +184,25 @@ def restrict(pod: dict[str, Any], container: dict[str, Any]) -> None:
         "capabilities": {"drop": ["ALL"]},
     }
     container.setdefault("resources", OPERATOR_RESOURCES)
+
+
+# What only the other kinds' controllers use (v1.9.4 `pkg/controller.v1/mpi/mpijob_controller.go`: exec
+# into the launcher, its Role, RoleBinding and ServiceAccount) and the other kinds themselves.
+OTHER_KINDS = ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+UNUSED_RESOURCES = frozenset(
+    {"pods/exec", "roles", "rolebindings", "serviceaccounts"}
+    | {f"{kind}{sub}" for kind in OTHER_KINDS for sub in ("", "/status", "/finalizers")}
+)
+
+
+def narrowed_role(props: dict[str, Any]) -> dict[str, Any]:
+    """The operator's ClusterRole without the rules only the disabled kinds' controllers use."""
+    rules = []
+    for rule in props.get("rules") or []:
+        kept = [r for r in rule.get("resources") or [] if r not in UNUSED_RESOURCES]
+        if kept:
+            rules.append({**rule, "resources": kept})
+    return {**props, "rules": rules}
 
 
 def restricted_namespace(props: dict[str, Any]) -> dict[str, Any]:
@@ -242,6 +264,12 @@ def operator_transform(
             return cert_secret(args)
         if args.type_ == "kubernetes:core/v1:Namespace":
             return pulumi.ResourceTransformResult(props=restricted_namespace(props), opts=args.opts)
+        name = (props.get("metadata") or {}).get("name")
+        if (
+            args.type_ == "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+            and name == OPERATOR_DEPLOYMENT
+        ):
+            return pulumi.ResourceTransformResult(props=narrowed_role(props), opts=args.opts)
         if args.type_ != "kubernetes:apps/v1:Deployment":
             return None
         if (props.get("metadata") or {}).get("name") != OPERATOR_DEPLOYMENT:

@@ -77,6 +77,7 @@ def test_the_operator_deployment_gets_the_restricted_template_and_pinned_init_im
         "--pytorch-init-container-image=docker.io/library/alpine:3.20@sha256:"
         "d9e853e87e55526f6b2917df91a2115c36dd7c696a35be12163d44e6e2a4b6bc",
         "--pytorch-init-container-template-file=/etc/config/initContainer.yaml",
+        "--enable-scheme=pytorchjob",
     ]
     assert container["image"] == "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
     assert {"name": "pytorch-init-container-template", "mountPath": "/etc/config", "readOnly": True} in (
@@ -125,6 +126,35 @@ def test_the_operator_pod_meets_restricted_with_requests_and_its_namespace_enfor
         "pod-security.kubernetes.io/warn": "restricted",
         "pod-security.kubernetes.io/audit": "restricted",
     }
+
+
+def test_the_operators_cluster_role_keeps_what_the_pytorchjob_controller_uses():
+    """The vendored ClusterRole as the platform applies it: no exec into pods, no Roles, RoleBindings or
+    ServiceAccounts (MPIJob's), no other job kinds; pods, services, events, PyTorchJobs stay."""
+    import yaml
+
+    from infra.program.vendored import MANIFESTS
+
+    docs = yaml.safe_load_all((MANIFESTS / "training-operator" / "manifests.yaml").read_text())
+    (role,) = [
+        d for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "training-operator"
+    ]
+    before = {r for rule in role["rules"] for r in rule["resources"]}
+    assert {"pods/exec", "roles", "rolebindings", "serviceaccounts", "mpijobs"} <= before
+    result = _apply(_transform({}), "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", role)
+    after = {r for rule in result.props["rules"] for r in rule["resources"]}
+    assert before - after == {
+        "pods/exec",
+        "roles",
+        "rolebindings",
+        "serviceaccounts",
+        *(
+            f"{k}{s}"
+            for k in ("tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+            for s in ("", "/status", "/finalizers")
+        ),
+    }
+    assert {"pods", "services", "events", "pytorchjobs", "pytorchjobs/status", "secrets"} <= after
 
 
 def test_the_mirror_keys_cover_every_image_the_operator_pulls():
