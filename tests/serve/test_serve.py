@@ -33,7 +33,7 @@ from tests.serve.conftest import (
 from trainer.data import normalise, read_idx
 from trainer.mnist_files import TEST_IMAGES, TEST_LABELS, find_file
 from trainer.model import MnistCNN
-from trainer.serve.protocol import PLATFORMS
+from trainer.serve.protocol import PLATFORMS, served_lineage
 
 pytestmark = pytest.mark.slow  # every test talks to a real model server process
 
@@ -92,12 +92,25 @@ def test_health_and_metadata_follow_the_protocol(server: ServeProcess, trained: 
             {"name": "probabilities", "datatype": "FP32", "shape": [-1, 10]},
             {"name": "labels", "datatype": "INT64", "shape": [-1]},
         ],
-        # The run's lineage.json verbatim, as SHA256SUMS lists it (a parameter's value is a scalar).
+        # What a client needs of the run's lineage.json, and the whole file's sha256 as SHA256SUMS lists
+        # it (a parameter's value is a scalar).
         "parameters": {
-            "lineage": (trained / "lineage.json").read_text(),
+            "lineage": served_lineage((trained / "lineage.json").read_text()),
             "lineage_sha256": hashlib.sha256((trained / "lineage.json").read_bytes()).hexdigest(),
         },
     }
+    served, written = (
+        json.loads(metadata["parameters"]["lineage"]),
+        json.loads((trained / "lineage.json").read_text()),
+    )
+    assert served["model"] == written["model"] and served["metrics"] == written["metrics"]
+    assert served["settings_sha256"] == written["settings_sha256"] and served["image"] == written["image"]
+    assert served["data"] == {"sha256": {n: f["sha256"] for n, f in written["data"]["files"].items()}}
+    # Where the data was read, the stack, the job and the pod stay in the export.
+    assert (
+        not {"run", "stack"} & set(served)
+        and str(written["data"]["source"]) not in metadata["parameters"]["lineage"]
+    )
     assert metadata["platform"] in ("", *PLATFORMS)  # the protocol's names, or none
     assert server.call("GET", f"/v2/models/mnist/versions/{MODEL_VERSION}") == (200, metadata)
 

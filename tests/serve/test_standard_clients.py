@@ -17,6 +17,7 @@ from kserve import InferenceRESTClient, InferInput, InferRequest, RESTConfig
 
 from tests.serve.conftest import ServeProcess
 from tests.serve.test_serve import in_process, test_images
+from trainer.serve.protocol import served_lineage
 
 pytestmark = pytest.mark.slow  # a real model server process
 
@@ -133,7 +134,7 @@ def test_both_clients_parse_the_metadata_with_its_lineage_parameter(
     from kserve.protocol.rest.v2_datamodels import ModelMetadataResponse, Parameters
     from pydantic import TypeAdapter
 
-    lineage = (trained / "lineage.json").read_text()
+    lineage = served_lineage((trained / "lineage.json").read_text())
     client = triton.InferenceServerClient(url=f"127.0.0.1:{server.port}")
     metadata = client.get_model_metadata(MODEL)
     client.close()

@@ -90,8 +90,11 @@ class Model:
         } | self.lineage_parameters()
 
     def lineage_parameters(self) -> dict[str, Any]:
-        """``parameters`` with lineage.json's text, verbatim (its sha256 is the one SHA256SUMS lists),
-        once a model that has one is loaded; nothing otherwise.
+        """``parameters`` with what a client needs of lineage.json (``served_lineage``: the model's,
+        image's, data's and settings' digests, and the metrics) and the whole file's sha256 (the one
+        SHA256SUMS lists, for whoever may read the export), once a model that has one is loaded;
+        nothing otherwise. Where the data came from, the stack, the job and the pod that ran it stay in
+        the export: any caller the server's NetworkPolicy admits reads the metadata.
 
         The protocol's metadata response names no ``parameters`` (inference_rest.md "Model Metadata
         Response JSON Object", commit 011728e) and its OpenAPI schema allows more properties
@@ -102,7 +105,7 @@ class Model:
         if self.lineage is None or not self.loaded.is_set():
             return {}
         text, sha256 = self.lineage
-        return {"parameters": {"lineage": text, "lineage_sha256": sha256}}
+        return {"parameters": {"lineage": served_lineage(text), "lineage_sha256": sha256}}
 
     def infer(self, request: Any) -> dict[str, Any]:
         """The V2 inference response for a decoded request body, or an HttpError."""
@@ -293,3 +296,17 @@ def parse_json(body: bytes, max_batch: int = 0) -> Any:
         return json.loads(body, object_pairs_hook=counted)
     except (ValueError, RecursionError) as error:
         raise HttpError(400, f"request body is not valid JSON ({error})") from None
+
+
+# The lineage fields a client of the server gets (trainer/lineage.py describes them all).
+SERVED_FIELDS = ("schema", "model", "image", "settings", "settings_sha256", "runtime", "metrics")
+
+
+def served_lineage(text: str) -> str:
+    """lineage.json's text as the metadata serves it: the SERVED_FIELDS, and of `data` the files'
+    sha256 alone (not where they were read), as compact JSON with sorted keys."""
+    record = json.loads(text)
+    served = {key: record[key] for key in SERVED_FIELDS if key in record}
+    files = (record.get("data") or {}).get("files") or {}
+    served["data"] = {"sha256": {name: entry.get("sha256") for name, entry in sorted(files.items())}}
+    return json.dumps(served, sort_keys=True, separators=(",", ":"))
