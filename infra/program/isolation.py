@@ -7,6 +7,7 @@ TrainJob with trainerProgress, to Kubeflow Trainer's status endpoint).
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 
 import pulumi
@@ -236,12 +237,20 @@ def default_deny(
     )
 
 
+def mirror_ports(settings: Settings) -> list[int]:
+    """The TCP ports of the seedMirrors' URLs (443 where a URL names none), each once."""
+    return sorted({urllib.parse.urlsplit(url).port or 443 for url in settings.seed_mirrors})
+
+
 def https_egress(settings: Settings) -> net.NetworkPolicyEgressRuleArgs:
-    """Out on 443 to seedHttpsEgressCidrs, else to public addresses only: an MNIST mirror."""
+    """Out to the MNIST mirrors' ports (`mirror_ports`), at seedHttpsEgressCidrs, else at public
+    addresses only."""
     to = [
         net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in settings.seed_https_egress_cidrs
     ] or public_internet()
-    return net.NetworkPolicyEgressRuleArgs(to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=443)])
+    return net.NetworkPolicyEgressRuleArgs(
+        to=to, ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=p) for p in mirror_ports(settings)]
+    )
 
 
 class JobServiceAccount(pulumi.ComponentResource):

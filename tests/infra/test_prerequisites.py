@@ -421,10 +421,14 @@ def test_each_prerequisite_namespace_denies_by_default_and_each_pod_gets_what_it
     assert {"minio-minio-mnist-policy", "minio-default-deny"} <= set(regs["mnist-bucket-job"].dependencies)
 
 
-def test_a_mirror_inside_the_network_is_reached_at_its_declared_cidr():
-    policies = _policies(_render({"seedHttpsEgressCidrs": ["10.1.2.3/32"]}))
-    https = policies[("minio", "minio-mnist")]["egress"][2]
+def test_a_mirror_inside_the_network_is_reached_at_its_declared_cidr_and_its_port():
+    """Found on the real node: a mirror on 8443 was refused by a rule for 443 alone, and the fill failed."""
+    values = {
+        "seedHttpsEgressCidrs": ["10.1.2.3/32"],
+        "seedMirrors": ["https://10.1.2.3:8443/", "https://mirror.example/mnist/"],
+    }
+    https = _policies(_render(values))[("minio", "minio-mnist")]["egress"][2]
     assert https == {
         "to": [{"ipBlock": {"cidr": "10.1.2.3/32"}}],
-        "ports": [{"protocol": "TCP", "port": 443}],
+        "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 8443}],
     }
