@@ -88,7 +88,9 @@ def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
 
     newest = checkpoint_path(ckpt, 2)
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    started = time.monotonic()
     second = procs.run("trainer", args)
+    trained_one_epoch = time.monotonic() - started
     assert second.returncode == 0, second.stderr
     assert f"trainer: skipping corrupt checkpoint {newest}: " in second.stdout
     resumed = RESUMED.search(second.stdout)
@@ -101,7 +103,8 @@ def test_truncated_checkpoint_is_skipped_then_finished_run_exits_quickly(
     assert third.returncode == 0, third.stderr
     assert "trainer: run already finished (2/2 epochs); nothing to train" in third.stdout
     assert EPOCH.findall(third.stdout) == []
-    assert took < 30
+    # Quicker than the run that trained one epoch, on the same machine under the same load.
+    assert took < trained_one_epoch, (took, trained_one_epoch)
     assert json.loads((ckpt / "metrics.json").read_text())["history"][-1]["epoch"] == 2
 
 

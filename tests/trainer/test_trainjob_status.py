@@ -187,7 +187,7 @@ def test_no_endpoint_costs_the_loop_nothing(
     start = time.perf_counter()
     sink.finished(True)
     assert time.perf_counter() - start < 1.0
-    assert longest < 0.02, longest
+    assert longest < 0.2, longest  # no point waits on the closed port: it only hands a body over
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and "refused" in lines[0].lower() and "training goes on" in lines[0], lines
 
@@ -202,7 +202,9 @@ def test_a_slow_endpoint_never_holds_the_loop_and_finish_is_bounded(
     start = time.perf_counter()
     sink.finished(True)
     waited = time.perf_counter() - start
-    assert longest < 0.02, longest  # each point only hands a body to the reporting thread
+    # Each point only hands a body to the reporting thread: far below the endpoint's 0.4-s timeout or
+    # 3-s delay that a blocking call would wait out (0.2 s leaves room for a loaded machine's scheduling).
+    assert longest < 0.2, longest
     assert waited < 1.3, waited
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and "timed out" in lines[0], lines

@@ -16,6 +16,7 @@ from infra.offline.manifest import Rendering, render
 from infra.offline.reference import header
 from infra.offline.reference.markdown import code, table
 from infra.offline.stackconfig import load_stack, stack_names
+from infra.program.settings import PROJECT_ROOT
 
 INTRO = """\
 # What each stack creates
@@ -98,7 +99,7 @@ def _section(name: str, rendering: Rendering) -> str:
     installs = sorted(
         {f"{i.vendored.title} {i.vendored.version}" for i in rendering.upstream}
         | {
-            f"the Helm chart {code(r.inputs.get('chart', r.name))}"
+            f"the Helm chart {code(str(r.inputs.get('chart', r.name)).removeprefix(f'{PROJECT_ROOT}/'))}"
             for r in rendering.external
             if "helm" in r.type
         }
