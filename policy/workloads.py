@@ -49,19 +49,18 @@ POD_SPEC_LISTS = ("containers", "initContainers", "volumes")
 # Fields only a pod spec has: a mapping with one of them is a pod spec even without its lists (an unknown
 # kind's spec.hostNetwork beside an image; a patch that sets only who the pod runs as, or where). Not
 # automountServiceAccountToken, which a ServiceAccount has at its top level.
-POD_SPEC_FIELDS = frozenset(
-    {
-        "hostNetwork",
-        "hostPID",
-        "hostIPC",
-        "hostUsers",
-        "serviceAccountName",
-        "serviceAccount",
-        "nodeName",
-        "runtimeClassName",
-        "shareProcessNamespace",
-    }
-)
+# Each with its value's type in a pod spec: a CRD's schema names the same fields with mappings as values.
+POD_SPEC_FIELDS: dict[str, type] = {
+    "hostNetwork": bool,
+    "hostPID": bool,
+    "hostIPC": bool,
+    "hostUsers": bool,
+    "shareProcessNamespace": bool,
+    "serviceAccountName": str,
+    "serviceAccount": str,
+    "nodeName": str,
+    "runtimeClassName": str,
+}
 NOT_SPEC = ("metadata", "status", "data", "stringData", "binaryData")  # top-level fields
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 # Besides an image, a container has at least one of these (Flux's ImageRepository, which names an image
@@ -364,7 +363,7 @@ def carried(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
     if isinstance(value, Mapping):
         container = isinstance(value.get("image"), str) and bool(CONTAINER_FIELDS & set(value))
         pod_spec = any(isinstance(value.get(key), list) for key in POD_SPEC_LISTS) or (
-            not container and bool(POD_SPEC_FIELDS & set(value))
+            not container and any(isinstance(value.get(k), t) for k, t in POD_SPEC_FIELDS.items())
         )
         if pod_spec:
             yield path, "pod spec"

@@ -451,3 +451,19 @@ def test_a_registry_entry_allows_what_is_under_it_or_one_repository():
     assert not g.registry_allowed("alpine-evil:1", allowed)
     assert not g.registry_allowed("acme/alpine:1", allowed)  # docker.io/acme/alpine
     assert not g.registry_allowed("localhost:5000/ddp-mnist/trainer:1", allowed)
+
+
+def test_a_crd_whose_schema_names_pod_fields_is_no_pod_spec():
+    """Found by the local tier's scenario 19, which feeds the engine's whole CRDs to the pack: a schema's
+    properties are named like a pod's fields, with mappings as their values."""
+    schema = {
+        "type": "object",
+        "properties": {"hostNetwork": {"type": "boolean"}, "serviceAccountName": {"type": "string"}},
+    }
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "runners.example.com"},
+        "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": schema}}]},
+    }
+    assert g.workloads_understood(crd) == []
