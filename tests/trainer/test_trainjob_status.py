@@ -100,7 +100,8 @@ def test_reports_in_the_contract_throttled_with_a_final_100_percent(
     }
     assert {r["auth"] for r in every} == {"Bearer " + endpoint.token_file.read_text().strip()}
     first, last = endpoint.accepted[0], endpoint.accepted[-1]
-    assert first["trainerStatus"]["progressPercentage"] == 0  # the start, or step 1 of 200 (rounded down)
+    # The start: the reporting thread sends the newest point it holds, a few steps in on a loaded machine.
+    assert first["trainerStatus"]["progressPercentage"] <= 5, first
     # What `kubectl get trainjob -o jsonpath='{.status.trainerStatus}'` shows after the run.
     status = endpoint.trainer_status
     assert status is not None and status == last["trainerStatus"]
