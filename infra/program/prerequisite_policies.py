@@ -20,23 +20,18 @@ import pulumi_kubernetes as k8s
 from infra.program.isolation import default_deny, dns_egress, https_egress
 from infra.program.meta import JOB_LABEL, labels
 from infra.program.settings import Settings
-from infra.program.settings.prerequisites import MINIO, MINIO_PORT, NFS_SERVER
+from infra.program.settings.prerequisites import MINIO_PORT
 
 net = k8s.networking.v1
 meta = k8s.meta.v1
 ANY_ADDRESS = ("0.0.0.0/0", "::/0")
 
 
-def _selector(component: str) -> meta.LabelSelectorArgs:
-    from infra.program.prerequisites import selector
-
-    return meta.LabelSelectorArgs(match_labels=selector(component))
-
-
-def minio_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
+def minio_policy_spec(settings: Settings, minio: dict[str, str]) -> net.NetworkPolicySpecArgs:
+    """MinIO's pods (`minio`: the labels its Service selects)."""
     every_namespace = net.NetworkPolicyPeerArgs(namespace_selector=meta.LabelSelectorArgs())
     return net.NetworkPolicySpecArgs(
-        pod_selector=_selector(MINIO),
+        pod_selector=meta.LabelSelectorArgs(match_labels=minio),
         policy_types=["Ingress", "Egress"],
         ingress=[
             net.NetworkPolicyIngressRuleArgs(
@@ -47,26 +42,30 @@ def minio_policy_spec(settings: Settings) -> net.NetworkPolicySpecArgs:
     )
 
 
-def fill_policy_spec(settings: Settings, fill_job: str) -> net.NetworkPolicySpecArgs:
-    minio = net.NetworkPolicyPeerArgs(pod_selector=_selector(MINIO))
+def fill_policy_spec(settings: Settings, fill_job: str, minio: dict[str, str]) -> net.NetworkPolicySpecArgs:
+    """The fill Job's pods, reaching MinIO's (`minio`: the labels its Service selects)."""
+    store = net.NetworkPolicyPeerArgs(pod_selector=meta.LabelSelectorArgs(match_labels=minio))
     return net.NetworkPolicySpecArgs(
         pod_selector=meta.LabelSelectorArgs(match_labels={JOB_LABEL: fill_job}),
         policy_types=["Ingress", "Egress"],
         egress=[
             dns_egress(settings),
             net.NetworkPolicyEgressRuleArgs(
-                to=[minio], ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=MINIO_PORT)]
+                to=[store], ports=[net.NetworkPolicyPortArgs(protocol="TCP", port=MINIO_PORT)]
             ),
             https_egress(settings),
         ],
     )
 
 
-def nfs_policy_spec(ports: tuple[tuple[str, int, str], ...]) -> net.NetworkPolicySpecArgs:
+def nfs_policy_spec(
+    server: dict[str, str], ports: tuple[tuple[str, int, str], ...]
+) -> net.NetworkPolicySpecArgs:
+    """The NFS server's pods (`server`: the labels its Service selects) on its `ports`."""
     anywhere = [net.NetworkPolicyPeerArgs(ip_block=net.IPBlockArgs(cidr=c)) for c in ANY_ADDRESS]
     every_namespace = net.NetworkPolicyPeerArgs(namespace_selector=meta.LabelSelectorArgs())
     return net.NetworkPolicySpecArgs(
-        pod_selector=_selector(NFS_SERVER),
+        pod_selector=meta.LabelSelectorArgs(match_labels=server),
         policy_types=["Ingress", "Egress"],
         ingress=[
             net.NetworkPolicyIngressRuleArgs(

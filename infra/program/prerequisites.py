@@ -273,7 +273,7 @@ class NfsServer(pulumi.ComponentResource):
         self.service, self.deployment = server(
             NFS_SERVER, space, settings, nfs_server_pod(settings), NFS_PORTS, child
         )
-        specs = {NFS_SERVER: nfs_policy_spec(NFS_PORTS)}
+        specs = {NFS_SERVER: nfs_policy_spec(selector(NFS_SERVER), NFS_PORTS)}
         namespace_policies(name, settings, space.metadata.name, specs, child)
         self.register_outputs({})
 
@@ -314,7 +314,10 @@ class ObjectStore(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[self.secret]),
             annotations={SECRET_VERSION: self.secret.metadata.resource_version},
         )
-        specs = {MINIO: minio_policy_spec(settings), FILL_JOB: fill_policy_spec(settings, FILL_JOB)}
+        specs = {
+            MINIO: minio_policy_spec(settings, selector(MINIO)),
+            FILL_JOB: fill_policy_spec(settings, FILL_JOB, selector(MINIO)),
+        }
         self.policies = namespace_policies(name, settings, space.metadata.name, specs, child)
         self.register_outputs({})
 

@@ -6,24 +6,19 @@ either of which would put the namespace's pods on the node's or the cloud's addr
 ValidatingAdmissionPolicy refuses a Service of any other type in a team namespace unless the authorizer
 allows `create` on `externalservices.ddp-mnist.io` in that namespace (no such resource exists: the check
 is a permission only; cluster-admin's `*` holds it, as would a Role the platform grants). Like the label
-guard (`infra/program/tenancy.py`), it leaves the control plane's own identities alone.
+guard (`infra/program/tenancy.py`), it leaves the control plane's own identities alone
+(`infra/program/guards.py`).
 """
 
 from __future__ import annotations
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from infra.program.meta import labels
+from infra.program.guards import deny_policy
 from infra.program.settings import PROJECT, Settings
 
 SERVICE_GUARD = f"{PROJECT}-team-services"
 SERVICE_PERMISSION = ("ddp-mnist.io", "externalservices", "create")
-NOT_THE_CONTROL_PLANE = (
-    "!(request.userInfo.username.startsWith('system:') && "
-    "!request.userInfo.username.startsWith('system:serviceaccount:')) && "
-    "!request.userInfo.username.startsWith('system:serviceaccount:kube-system:')"
-)
 
 
 def service_guard_validation() -> dict[str, str]:
@@ -57,40 +52,6 @@ class ServiceGuard(pulumi.ComponentResource):
     ) -> None:
         super().__init__(f"{PROJECT}:tenancy:ServiceGuard", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        meta = k8s.meta.v1.ObjectMetaArgs(name=SERVICE_GUARD, labels=labels(settings, "tenancy"))
-        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-policy",
-            metadata=meta,
-            spec={
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["services"],
-                        }
-                    ],
-                    "namespaceSelector": {
-                        "matchExpressions": [
-                            {
-                                "key": "kubernetes.io/metadata.name",
-                                "operator": "In",
-                                "values": sorted(namespaces),
-                            }
-                        ]
-                    },
-                },
-                "matchConditions": [{"name": "not-the-control-plane", "expression": NOT_THE_CONTROL_PLANE}],
-                "validations": [service_guard_validation()],
-            },
-            opts=child,
-        )
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-binding",
-            metadata=meta,
-            spec={"policyName": policy.metadata.name, "validationActions": ["Deny"]},
-            opts=child,
-        )
+        validations = [service_guard_validation()]
+        deny_policy(name, SERVICE_GUARD, settings, "services", validations, child, namespaces=namespaces)
         self.register_outputs({})

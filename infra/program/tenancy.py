@@ -30,8 +30,9 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.program.guards import deny_policy
 from infra.program.meta import labels
-from infra.program.service_guard import NOT_THE_CONTROL_PLANE, ServiceGuard
+from infra.program.service_guard import ServiceGuard
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.tenancy import parse_deployer
 from infra.program.storage import storage_class_args
@@ -261,32 +262,12 @@ class TeamTenancy(pulumi.ComponentResource):
                 subjects=[subject(*entry.partition(":")[::2]) for entry in settings.pod_security_admins],
                 opts=opts,
             )
-        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+        deny_policy(
             f"{name}-label-guard",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=LABEL_GUARD, labels=labels(settings, "tenancy")),
-            spec={
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["namespaces"],
-                        }
-                    ]
-                },
-                # The control plane's own identities are not judged: its components (users `system:...`
-                # other than service accounts) and kube-system's service accounts.
-                "matchConditions": [{"name": "not-the-control-plane", "expression": NOT_THE_CONTROL_PLANE}],
-                "variables": label_guard_variables(),
-                "validations": label_guard_validations(settings.pod_security_privileged_namespaces),
-            },
-            opts=opts,
-        )
-        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-label-guard-binding",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=LABEL_GUARD, labels=labels(settings, "tenancy")),
-            spec={"policyName": policy.metadata.name, "validationActions": ["Deny"]},
-            opts=opts,
+            LABEL_GUARD,
+            settings,
+            "namespaces",
+            label_guard_validations(settings.pod_security_privileged_namespaces),
+            opts,
+            variables=label_guard_variables(),
         )

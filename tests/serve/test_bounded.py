@@ -194,24 +194,23 @@ def test_clients_holding_every_connection_starve_the_service_port_but_never_the_
     assert code == 0, err
 
 
-def test_a_health_port_equal_to_the_service_port_is_one_line_and_exit_2(trained: Path) -> None:
+@pytest.mark.parametrize(
+    ("port", "why"),
+    [("8080", "8080 must be a port other than --port"), ("70000", "70000 is not a port (1-65535)")],
+)
+def test_a_bad_health_port_is_one_line_and_exit_2(port: str, why: str) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "trainer.serve",
+        "--model-uri=/tmp/m",
+        "--port=8080",
+        f"--health-port={port}",
+    ]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainer.serve",
-            f"--model-uri={trained}",
-            "--port=8080",
-            "--health-port=8080",
-        ],
-        cwd=REPO_ROOT,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+        command, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        "trainer.serve: usage: argument --health-port: 8080 must be a port other than --port "
-        "(see 'python -m trainer.serve --help')"
+        f"trainer.serve: usage: argument --health-port: {why} (see 'python -m trainer.serve --help')"
     )

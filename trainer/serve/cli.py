@@ -134,6 +134,12 @@ def port_number(text: str) -> int:
     return value
 
 
+def port_or_zero(text: str) -> int:
+    """A port (1-65535), or 0 for none."""
+    value = non_negative(text)
+    return port_number(text) if value else 0
+
+
 def non_negative(text: str) -> int:
     value = integer(text)
     if value < 0:
@@ -188,7 +194,7 @@ def build_parser() -> OneLineParser:
     )
     parser.add_argument(
         "--health-port",
-        type=non_negative,
+        type=port_or_zero,
         default=0,
         help="a port of their own for GET /v2/health/live and /ready (the kubelet's probes), which "
         "clients of --port can never starve; 0: they are answered on --port only",
@@ -218,7 +224,7 @@ def parse_config(argv: list[str] | None = None) -> ServeConfig:
     for flag, value in (("--model-name", args.model_name), ("--model-version", args.model_version)):
         if not value or "/" in value or value != value.strip():
             parser.error(f"argument {flag}: {value!r} must be non-empty, without '/' or spaces around it")
-    if args.health_port and (args.health_port > 65535 or args.health_port == args.port):
+    if args.health_port and args.health_port == args.port:
         parser.error(f"argument --health-port: {args.health_port} must be a port other than --port")
     if args.model_uri.startswith("s3://") and not args.model_uri.removeprefix("s3://").strip("/"):
         parser.error(f"argument --model-uri: {args.model_uri!r} names no bucket")
