@@ -150,14 +150,20 @@ def test_a_port_taken_before_weed_binds_it_starts_the_stand_in_again_on_new_port
     from infra.offline.local import s3 as stand_in
 
     with socket.create_server(("127.0.0.1", 0)) as taken:
-        picks = iter([taken.getsockname()[1]])
+        port = taken.getsockname()[1]
+        picks = iter([port])
         monkeypatch.setattr(stand_in, "free_port", lambda: next(picks, None) or free_port())
         with local_s3(tmp_path / "s3") as s3:
-            assert s3.endpoint != f"http://127.0.0.1:{taken.getsockname()[1]}"
+            assert s3.endpoint != f"http://127.0.0.1:{port}"
             s3.client().create_bucket(Bucket="after-a-clash")
             assert [b["Name"] for b in s3.client().list_buckets()["Buckets"]] == ["after-a-clash"]
     log = (tmp_path / "s3" / "weed.log").read_text()
-    assert len(stand_in.PORT_TAKEN.findall(log.encode())) == 1 and log.count("S3           ready") == 1
+    # The first start met the taken port; a loaded machine running other servers beside this test can
+    # take one of the next start's random ports too, which the stand-in also starts again from. Served
+    # once in the end, within its tries.
+    clashes = stand_in.PORT_TAKEN.findall(log.encode())
+    assert f"port {port} for S3" in log and 1 <= len(clashes) < stand_in.START_TRIES
+    assert log.count("S3           ready") == 1
 
 
 def test_the_s3_stand_in_serves_s3_alone_on_loopback_and_reports_nothing(tmp_path):

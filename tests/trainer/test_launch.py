@@ -60,7 +60,9 @@ def test_master_unreachable_exits_206_within_the_bound(procs: Any) -> None:
     result = procs.run("trainer.launch", args)
     took = time.monotonic() - started
     assert result.returncode == 206
-    assert 3 <= took < 20
+    # The 3-s wait, then the exit: far below the 300-s default; the rest is the process's start-up,
+    # which a loaded machine (parallel test workers, a build) stretches to 20 s and more.
+    assert 3 <= took < 60
     # The wait is announced once; the refused connects it retries stay quiet until the wait fails.
     *waiting, failure = result.stderr.splitlines()
     assert waiting == [f"launch: waiting for master 127.0.0.1:{port} (up to 3 s)"]

@@ -87,13 +87,15 @@ def test_reports_in_the_contract_throttled_with_a_final_100_percent(
 ) -> None:
     sink = sink_for(endpoint)
     sink.started(INFO)
-    feed(sink, range(1, 201), pause_s=0.006)  # about 1.2 s of points
+    began = time.monotonic()
+    feed(sink, range(1, 201), pause_s=0.006)  # about 1.2 s of points; longer on a loaded machine
+    fed_s = time.monotonic() - began
     sink.finished(True)
 
     every = endpoint.requests
     assert [r["code"] for r in every] == [200] * len(every), every
-    # One report at the start, then at most one per 0.3 s, and the final one.
-    assert 3 <= len(every) <= 1.2 / 0.3 + 3, len(every)
+    # One report at the start, then at most one per 0.3 s of the run, and the final one.
+    assert 3 <= len(every) <= fed_s / 0.3 + 3, (len(every), fed_s)
     assert endpoint.unknown_fields == []
     assert {r["path"] for r in every} == {
         "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs/mnist/status"
