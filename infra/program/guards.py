@@ -1,5 +1,6 @@
 """A ValidatingAdmissionPolicy that denies, with its binding: the shape the platform's guards share (the
-Pod Security label guard, `infra/program/tenancy.py`; the Service guard, `infra/program/service_guard.py`).
+Pod Security label guard, `infra/program/tenancy.py`; the Service guard, `infra/program/service_guard.py`;
+the platform objects' guard, `infra/program/team_budget.py`).
 
 The control plane's own identities are never judged: its components (users `system:...` other than
 service accounts) and kube-system's service accounts.
@@ -31,19 +32,13 @@ def deny_policy(
     opts: pulumi.ResourceOptions,
     variables: list[dict[str, str]] | None = None,
     namespaces: list[str] | None = None,
+    rules: list[dict[str, Any]] | None = None,
 ) -> None:
-    """The policy `guard` on CREATE and UPDATE of core/v1 `kind` (a plural resource), in `namespaces`
-    when given, and its Deny binding (`<resource>-binding`)."""
-    constraints: dict[str, Any] = {
-        "resourceRules": [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": [kind],
-            }
-        ]
-    }
+    """The policy `guard` on CREATE and UPDATE of core/v1 `kind` (a plural resource), or on `rules` (the
+    policy's resourceRules) when given, in `namespaces` when given, and its Deny binding
+    (`<resource>-binding`)."""
+    core = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": [kind]}
+    constraints: dict[str, Any] = {"resourceRules": rules or [core]}
     if namespaces is not None:
         selected = {"key": "kubernetes.io/metadata.name", "operator": "In", "values": sorted(namespaces)}
         constraints["namespaceSelector"] = {"matchExpressions": [selected]}

@@ -66,6 +66,8 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         }
         if settings.operator_patch_existing:
             operator["patched"] = f"{settings.operator_existing_namespace}/{settings.operator_existing_name}"
+    from infra.program.team_boundary import allowed_priority_classes
+
     return {
         "schema": SCHEMA,
         "project": PROJECT,
@@ -77,6 +79,8 @@ def facts(settings: Settings) -> dict[str, Any] | None:
         # The namespaces it made for job stacks (createNamespace false there), with their levels, and
         # the StorageClasses it made for them.
         "teamNamespaces": settings.team_namespace_levels,
+        # Per team namespace, the priorityClasses its pods may name (the others are refused there).
+        "teamPriorityClasses": allowed_priority_classes(settings),
         "storageClasses": _storage_classes(settings),
     }
 
@@ -169,6 +173,17 @@ def _needs(settings: Settings, found: Mapping[str, Any]) -> str | None:
         return (
             f"sets jobPriorityClassName {wanted}, but {{platform}} creates no such PriorityClass (it "
             f"creates: {created}); the API server would refuse every pod of the job"
+        )
+    allowed = (found.get("teamPriorityClasses") or {}).get(settings.namespace)
+    if wanted and allowed is not None and wanted not in allowed:
+        return (
+            f"sets jobPriorityClassName {wanted}, but {{platform}} refuses it in team namespace "
+            f"{settings.namespace} (teamPriorityClasses; it allows: {', '.join(allowed) or 'none'})"
+        )
+    if not settings.job_network_policy and settings.namespace in (found.get("teamNamespaces") or {}):
+        return (
+            f"sets jobNetworkPolicy false, but {{platform}} isolates team namespace {settings.namespace} "
+            "with a default-deny of its own: the job's pods would reach nothing; set jobNetworkPolicy true"
         )
     queued = bool(settings.job_queue_name)
     if queued and kind == "pytorchjob" and not _derived(settings, found)["kueue_pytorchjob_integration"]:

@@ -11,6 +11,9 @@ rights, StorageClasses, and a guard on the namespaces' Pod Security labels.
   LimitRange (the namespace's budget is not the team's to raise), no role or binding.
 - **StorageClasses** (`platformStorageClasses`): `storageClassName` and its `-data` class, from this
   stack's storage keys, as a job stack would create them (`infra/program/storage.py`).
+- **The platform's objects in each** (`infra/program/team_boundary.py`): a default-deny NetworkPolicy, the
+  namespace's ResourceQuota (`teamQuota`) and a quota keeping its pods from the PriorityClasses above
+  its own (`teamPriorityClasses`), guarded by a ValidatingAdmissionPolicy the deployer cannot pass.
 - **The Service guard** (`infra/program/service_guard.py`): in the team namespaces, Services of type
   ClusterIP only, unless the platform grants more.
 - **The label guard** (`podSecurityLabelGuard`): a ValidatingAdmissionPolicy on namespaces. Only an
@@ -36,6 +39,7 @@ from infra.program.service_guard import ServiceGuard
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.tenancy import parse_deployer
 from infra.program.storage import storage_class_args
+from infra.program.team_boundary import objects_guard, team_objects
 
 DEPLOYER_ROLE = f"{PROJECT}-job-deployer"
 READER_ROLE = f"{PROJECT}-job-reader"
@@ -190,6 +194,7 @@ class TeamTenancy(pulumi.ComponentResource):
             self._label_guard(name, settings, child)
         if settings.team_namespace_levels:
             ServiceGuard(f"{name}-services", settings, list(settings.team_namespace_levels), child)
+            objects_guard(name, settings, child)
         self.register_outputs({"namespaces": self.namespaces, "storage_classes": self.storage_classes})
 
     @staticmethod
@@ -212,6 +217,7 @@ class TeamTenancy(pulumi.ComponentResource):
             ),
         )
         scoped = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[created]))
+        team_objects(resource, namespace, settings, scoped)
         role = k8s.rbac.v1.Role(
             f"{resource}-deployer",
             metadata=k8s.meta.v1.ObjectMetaArgs(

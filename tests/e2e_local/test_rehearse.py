@@ -98,6 +98,9 @@ def _platform_lists_landed(state: cluster.State, platform: str) -> None:
             ]
             == "restricted"
         )
+        if budget := plain.get("ddp-mnist:teamQuota"):
+            quota = _get(state, f"/api/v1/namespaces/{namespace}/resourcequotas/ddp-mnist-team-quota")
+            assert quota["spec"]["hard"] == dict(entry.split("=", 1) for entry in budget)
     for entry in plain.get("ddp-mnist:priorityClasses", []):
         name, value = entry.split("=")
         assert _get(state, f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}")["value"] == int(value)

@@ -10,6 +10,12 @@ authorizer and admission (ValidatingAdmissionPolicy with CEL's `authorizer`):
     patch namespaces, its relabel is refused by the label guard, while a label other than Pod Security's
     passes; bound to ddp-mnist-pod-security-admin, its relabel passes. Not even the cluster admin may make
     a namespace enforce privileged outside podSecurityPrivilegedNamespaces.
+    The team namespace holds the platform's default-deny and quotas: the job stack runs under a quota on
+    CPU, memory, claims and storage (every pod it makes states its requests); the deployer's delete or
+    relabel of the platform's policy, and a policy of its own claiming the platform's label, are refused
+    by the platform objects' guard while a policy of its own passes; its delete of a quota is refused by
+    RBAC; a pod naming a system class or a class above the namespace's is refused by the priority quota,
+    one naming the namespace's class is admitted.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ ENFORCE = "pod-security.kubernetes.io/enforce"
 GUARD = "ddp-mnist-pod-security-labels"
 SERVICES = "ddp-mnist-team-services"
 GRANT = "test-namespace-patcher"  # what scenario 22 gives the deployer on top, then takes back
+OBJECTS = "ddp-mnist-platform-objects"
+PLATFORM_DENY = "ddp-mnist-platform-default-deny"
+LOW_CLASS = "training-low"
 
 
 def as_user(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,6 +78,18 @@ def team(
             "ddp-mnist:nfsShare": dev["ddp-mnist:nfsShare"],
             "ddp-mnist:storageClassName": CLASS,
             "ddp-mnist:podSecurityPrivilegedNamespaces": json.dumps(["nfs-system"]),
+            "ddp-mnist:priorityClasses": json.dumps(
+                [f"{scenario.PRIORITY_CLASS}={scenario.PRIORITY}", f"{LOW_CLASS}=1000"]
+            ),
+            "ddp-mnist:teamPriorityClasses": json.dumps([f"{TEAM}={LOW_CLASS}"]),
+            "ddp-mnist:teamQuota": json.dumps(
+                [
+                    "requests.cpu=16",
+                    "requests.memory=32Gi",
+                    "persistentvolumeclaims=4",
+                    "requests.storage=100Gi",
+                ]
+            ),
         },
     )
     certificate = pki.client_certificate(local_cluster.pki, DEPLOYER)
@@ -181,3 +202,93 @@ def test_22_a_job_stack_deploys_with_its_team_role_alone_and_cannot_relabel_its_
         live.kubectl("delete", "clusterrolebinding", "test-pod-security-admin")
         live.kubectl("label", "namespace", TEAM, f"{ENFORCE}=restricted", "team-", "--overwrite")
     assert live.get("namespace", TEAM)["metadata"]["labels"][ENFORCE] == "restricted"
+
+
+def pod(name: str, priority_class: str) -> dict:
+    """A pod Pod Security "restricted" admits, with the requests the team quota asks for."""
+    manifest = live.reader_pod(TEAM, scenario.IMAGE, {})
+    manifest["metadata"] = {"name": name, "namespace": TEAM}
+    manifest["spec"]["priorityClassName"] = priority_class
+    manifest["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "100m"
+    return manifest
+
+
+def network_policy(name: str, labels: dict[str, str]) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": TEAM, "labels": labels},
+            "spec": {"podSelector": {"matchLabels": {"app": name}}, "policyTypes": ["Ingress"]},
+        }
+    )
+
+
+def as_user_applying(kubeconfig: Path, manifest: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), "apply", "-f", "-"],
+        input=manifest,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_22_the_team_namespace_holds_the_platforms_policy_and_quotas_which_its_deployer_cannot_change(
+    team: dict,
+) -> None:
+    kubeconfig = team["kubeconfig"]
+    deny = live.get("networkpolicy", PLATFORM_DENY, TEAM)
+    assert deny["metadata"]["labels"]["ddp-mnist.io/owner"] == "platform"
+    quota = live.get("resourcequota", "ddp-mnist-team-quota", TEAM)
+    assert quota["spec"]["hard"]["requests.cpu"] == "16"
+    # The job stack ran under that quota (the previous test's `up`): the API server counted its claims.
+    used = quota["status"].get("used", {})
+    assert used.get("persistentvolumeclaims") == "2", quota["status"]
+
+    # The platform's policy: neither deleted nor relabelled by the deployer (the guard, not RBAC: the
+    # deployer writes NetworkPolicies), nor imitated by a policy of its own; a policy of its own passes.
+    refused = {
+        "delete": as_user(kubeconfig, "delete", "networkpolicy", PLATFORM_DENY, "-n", TEAM),
+        "relabel": as_user(
+            kubeconfig, "label", "networkpolicy", PLATFORM_DENY, "-n", TEAM, "ddp-mnist.io/owner-"
+        ),
+        "imitate": as_user_applying(
+            kubeconfig, network_policy("imitation", {"ddp-mnist.io/owner": "platform"})
+        ),
+    }
+    for what, done in refused.items():
+        assert done.returncode != 0, (what, done.stdout)
+        assert (
+            f"ValidatingAdmissionPolicy '{OBJECTS}' with binding '{OBJECTS}' denied request" in done.stderr
+        ), (
+            what,
+            done.stderr,
+        )
+        assert f"{DEPLOYER} may not create, change or delete an object the platform owns" in done.stderr
+    assert live.exists("networkpolicy", PLATFORM_DENY, TEAM)
+    own = as_user_applying(kubeconfig, network_policy("own", {"team": "ml"}))
+    assert own.returncode == 0, own.stderr
+    assert as_user(kubeconfig, "delete", "networkpolicy", "own", "-n", TEAM).returncode == 0
+    quota_delete = as_user(kubeconfig, "delete", "resourcequota", "ddp-mnist-team-quota", "-n", TEAM)
+    assert quota_delete.returncode != 0 and "Forbidden" in quota_delete.stderr, quota_delete.stderr
+
+    # PriorityClasses: the system classes and the class above the namespace's are refused by the
+    # quota admission plugin (whoever creates the pod); the namespace's own class is admitted.
+    for name, priority_class in (
+        ("system-class", "system-node-critical"),
+        ("above-its-class", scenario.PRIORITY_CLASS),
+    ):
+        created = subprocess.run(
+            ["kubectl", "apply", "-f", "-"],
+            input=json.dumps(pod(name, priority_class)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert created.returncode != 0, (name, created.stdout)
+        assert "exceeded quota: ddp-mnist-team-priority" in created.stderr, created.stderr
+    live.kubectl("apply", "-f", "-", stdin=json.dumps(pod("its-class", LOW_CLASS)))
+    live.kubectl("delete", "pod", "its-class", "-n", TEAM, "--wait=false")

@@ -281,8 +281,7 @@ def test_team_namespaces_get_the_service_guard_clusterip_only_unless_the_platfor
     rendering = render_config(
         {**PLATFORM, "teamNamespaces": ["team-b", "team-a"], "podSecurityLabelGuard": False}
     )
-    (policy,) = by_kind(rendering, "ValidatingAdmissionPolicy")
-    assert policy["metadata"]["name"] == SERVICE_GUARD
+    policy = named(rendering, "ValidatingAdmissionPolicy")[SERVICE_GUARD]
     constraints = policy["spec"]["matchConstraints"]
     assert constraints["resourceRules"][0]["resources"] == ["services"]
     assert constraints["namespaceSelector"] == {
@@ -293,10 +292,200 @@ def test_team_namespaces_get_the_service_guard_clusterip_only_unless_the_platfor
     (rule,) = policy["spec"]["validations"]
     assert rule["expression"].startswith("!has(object.spec.type) || object.spec.type == 'ClusterIP' || ")
     assert "resource('externalservices')" in rule["expression"] and rule["reason"] == "Forbidden"
-    (binding,) = by_kind(rendering, "ValidatingAdmissionPolicyBinding")
+    binding = named(rendering, "ValidatingAdmissionPolicyBinding")[SERVICE_GUARD]
     assert binding["spec"] == {"policyName": SERVICE_GUARD, "validationActions": ["Deny"]}
     # Without team namespaces there is nothing to guard.
     assert (
         by_kind(render_config({**PLATFORM, "podSecurityLabelGuard": False}), "ValidatingAdmissionPolicy")
         == []
     )
+
+
+BOUNDED = {
+    **PLATFORM,
+    "priorityClasses": ["team-low=100", "team-mid=1000", "team-high=100000"],
+    "teamNamespaces": ["team-a", "team-b"],
+    "teamQuota": ["requests.cpu=64", "requests.nvidia.com/gpu=8", "persistentvolumeclaims=20"],
+    "teamPriorityClasses": ["team-a=team-mid"],
+}
+
+
+def test_each_team_namespace_holds_the_platforms_default_deny_quota_and_priority_quota():
+    from infra.program.team_boundary import OWNER_LABEL, PLATFORM_DEFAULT_DENY, PRIORITY_QUOTA, TEAM_QUOTA
+
+    rendering = render_config(BOUNDED)
+    refused = {}
+    for namespace in ("team-a", "team-b"):
+        (deny,) = named(rendering, "NetworkPolicy", namespace).values()
+        assert deny["metadata"]["name"] == PLATFORM_DEFAULT_DENY
+        assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+        quotas = named(rendering, "ResourceQuota", namespace)
+        assert quotas[TEAM_QUOTA]["spec"] == {
+            "hard": {"requests.cpu": "64", "requests.nvidia.com/gpu": "8", "persistentvolumeclaims": "20"}
+        }
+        priority = quotas[PRIORITY_QUOTA]["spec"]
+        assert priority["hard"] == {"pods": "0"}
+        (selector,) = priority["scopeSelector"]["matchExpressions"]
+        assert (selector["scopeName"], selector["operator"]) == ("PriorityClass", "In")
+        refused[namespace] = selector["values"]
+        for owned in (deny, *quotas.values()):
+            assert owned["metadata"]["labels"][OWNER_LABEL] == "platform"
+    system = ["system-cluster-critical", "system-node-critical"]
+    # team-a may name team-mid and below; team-b, without an entry, every class of the stack.
+    assert refused == {"team-a": [*system, "team-high"], "team-b": system}
+    assert rendering.outputs["platform"]["teamPriorityClasses"] == {
+        "team-a": ["team-low", "team-mid"],
+        "team-b": ["team-high", "team-low", "team-mid"],
+    }
+    # No teamQuota: no budget quota, the priority quota still.
+    plain = render_config({**PLATFORM, "teamNamespaces": ["team-a"]})
+    assert set(named(plain, "ResourceQuota", "team-a")) == {PRIORITY_QUOTA}
+
+
+def test_the_platform_objects_guard_covers_policies_and_quotas_in_team_namespaces_on_every_write():
+    from infra.program.team_boundary import OBJECTS_GUARD, OWNER_LABEL
+
+    rendering = render_config({**BOUNDED, "podSecurityLabelGuard": False})
+    policy = named(rendering, "ValidatingAdmissionPolicy")[OBJECTS_GUARD]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    rules = {
+        (r["apiGroups"][0], resource): r["operations"]
+        for r in spec["matchConstraints"]["resourceRules"]
+        for resource in r["resources"]
+    }
+    assert rules == {
+        ("", "resourcequotas"): ["CREATE", "UPDATE", "DELETE"],
+        ("", "limitranges"): ["CREATE", "UPDATE", "DELETE"],
+        ("networking.k8s.io", "networkpolicies"): ["CREATE", "UPDATE", "DELETE"],
+    }
+    assert spec["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "team-a",
+        "team-b",
+    ]
+    (owned,) = spec["variables"]
+    # Labelled before (UPDATE, DELETE: oldObject) or after (CREATE, UPDATE: object), each null-guarded.
+    for side in ("oldObject", "object"):
+        assert f"{side} != null && has({side}.metadata.labels) && '{OWNER_LABEL}' in" in owned["expression"]
+    (rule,) = spec["validations"]
+    assert rule["expression"] == (
+        "!variables.owned || authorizer.group('ddp-mnist.io').resource('platformobjects')"
+        ".namespace(request.namespace).check('update').allowed()"
+    )
+    assert MESSAGE_EXPRESSION.fullmatch(rule["messageExpression"]), rule["messageExpression"]
+    binding = named(rendering, "ValidatingAdmissionPolicyBinding")[OBJECTS_GUARD]
+    assert binding["spec"] == {"policyName": OBJECTS_GUARD, "validationActions": ["Deny"]}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {**BOUNDED, "teamQuota": ["requests.cpu"]},
+            "teamQuota=[\"requests.cpu\"] is invalid: must be 'resource=quantity' entries",
+        ),
+        (
+            {**BOUNDED, "teamQuota": ["pods=-1"]},
+            "teamQuota=[\"pods=-1\"] is invalid: must be 'resource=quantity' entries",
+        ),
+        (
+            {**BOUNDED, "teamQuota": ["pods=1", "pods=2"]},
+            "must be entries with distinct resource names",
+        ),
+        (
+            {**BOUNDED, "teamPriorityClasses": ["team-c=team-low"]},
+            "teamPriorityClasses=team-c=team-low is invalid: must be an entry for a namespace "
+            "teamNamespaces names (team-a, team-b)",
+        ),
+        (
+            {**BOUNDED, "teamPriorityClasses": ["team-a=urgent"]},
+            "teamPriorityClasses=team-a=urgent is invalid: must be an entry naming one of priorityClasses "
+            "(team-low, team-mid, team-high)",
+        ),
+        (
+            {**BOUNDED, "teamPriorityClasses": ["team-a"]},
+            "must be 'namespace=class' entries",
+        ),
+        (
+            {**JOB, "operatorInitContainerRestricted": True, "teamQuota": ["pods=1"]},
+            'teamQuota=["pods=1"] is invalid: must be unset with stackRole job',
+        ),
+    ],
+)
+def test_bad_team_budget_config_fails_with_the_key_and_what_is_allowed(values, message):
+    with pytest.raises(ConfigError) as raised:
+        settings_of({**BASE, **values})
+    assert message in str(raised.value)
+
+
+def test_a_job_stack_in_a_team_namespace_may_not_name_a_class_above_its_own_or_drop_its_policies():
+    found = platform.facts(settings_of({**BOUNDED, "operatorInstall": True})[0])
+    assert found is not None
+    team_a = {"namespace": "team-a", "createNamespace": False}
+    with pytest.raises(PlatformMismatch) as refused:
+        take({**team_a, "jobPriorityClassName": "team-high"}, found)
+    assert str(refused.value) == (
+        "stack team-a sets jobPriorityClassName team-high, but platform stack acme/ddp-mnist/plat refuses "
+        "it in team namespace team-a (teamPriorityClasses; it allows: team-low, team-mid)"
+    )
+    assert take({**team_a, "jobPriorityClassName": "team-mid"}, found).job_priority_class_name == "team-mid"
+    take({"namespace": "team-b", "createNamespace": False, "jobPriorityClassName": "team-high"}, found)
+    with pytest.raises(PlatformMismatch, match="sets jobNetworkPolicy false, but platform stack"):
+        take({**team_a, "jobNetworkPolicy": False}, found)
+
+
+def test_every_shipped_job_stack_fits_the_team_quota_its_platform_sets():
+    """Each workload of a shipped job stack (they run one after another) is admitted under its platform's
+    ddp-mnist-team-quota by the quota model (`infra/offline/admission`), and its claims fit the quota's
+    claim count and storage: a platform stack's budget never refuses the job stack shipped beside it."""
+    from infra.offline.admission import Namespace, admit, resources
+    from infra.offline.cluster import cluster_view
+    from infra.program.team_boundary import TEAM_QUOTA
+
+    checked = 0
+    for name in stack_names():
+        stack = load_stack(name)
+        if stack.values.get("ddp-mnist:stackRole") != "job":
+            continue
+        job = render(stack)
+        namespace = job.settings.namespace
+        platform_rendering = render(load_stack(job.settings.platform_stack))
+        quota = named(platform_rendering, "ResourceQuota", namespace)[TEAM_QUOTA]
+        hard = quota["spec"]["hard"]
+        assert "requests.nvidia.com/gpu" in hard, name  # the GPUs, the budget that matters most
+        view = cluster_view(job.objects, job.settings)
+        budgeted = Namespace(namespace, view.namespace.level, quotas=(quota,))
+        pods = [
+            p
+            for p in view.effective.pods
+            if (p.manifest["metadata"].get("namespace") or namespace) == namespace
+        ]
+        for owner in dict.fromkeys(p.owner for p in pods):
+            assert admit([p for p in pods if p.owner == owner], budgeted).refusals == [], (name, owner)
+        claims = [
+            c["spec"]["resources"]["requests"]["storage"] for c in by_kind(job, "PersistentVolumeClaim")
+        ]
+        assert len(claims) <= int(hard["persistentvolumeclaims"]), name
+        assert sum(map(resources.quantity, claims)) <= resources.quantity(hard["requests.storage"]), name
+        checked += 1
+    assert checked == 4
+
+
+def test_the_quota_model_refuses_a_job_over_its_team_quota():
+    """The fit test above can fail: a GPU budget below the job's refuses its pods."""
+    from infra.offline.admission import Namespace, admit
+    from infra.offline.cluster import cluster_view
+    from infra.program.team_boundary import TEAM_QUOTA
+
+    job = render(load_stack("eks-gpu"))
+    platform_rendering = render(load_stack("eks-platform"))
+    quota = named(platform_rendering, "ResourceQuota", job.settings.namespace)[TEAM_QUOTA]
+    short = {**quota, "spec": {"hard": {**quota["spec"]["hard"], "requests.nvidia.com/gpu": "4"}}}
+    view = cluster_view(job.objects, job.settings)
+    trainers = [
+        p
+        for p in view.effective.pods
+        if p.manifest["spec"]["containers"][0]["resources"]["requests"].get("nvidia.com/gpu")
+    ]
+    refusals = admit(trainers, Namespace(job.settings.namespace, "restricted", quotas=(short,))).refusals
+    assert refusals and "exceeded quota: ddp-mnist-team-quota" in refusals[0]

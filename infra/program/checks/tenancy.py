@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings
-from infra.program.settings.tenancy import parse_deployer
+from infra.program.settings.tenancy import parse_deployer, parse_priority_ceiling
 
 # The keys only a platform stack acts on, by field name.
 PLATFORM_KEYS = (
@@ -17,6 +17,8 @@ PLATFORM_KEYS = (
     "platform_storage_classes",
     "pod_security_admins",
     "pod_security_privileged_namespaces",
+    "team_quota",
+    "team_priority_classes",
 )
 
 
@@ -46,6 +48,21 @@ def tenancy(s: Settings, _: bool) -> Iterator[ConfigError]:
                 "teamNamespacesAdopt",
                 s.team_namespaces_adopt,
                 f"namespaces teamNamespaces names ({', '.join(levels) or 'none'}); {name} is not one",
+            )
+    classes = s.priority_class_values
+    for entry in s.team_priority_classes:
+        namespace, name = parse_priority_ceiling(entry)
+        if namespace not in levels:
+            yield ConfigError(
+                "teamPriorityClasses",
+                entry,
+                f"an entry for a namespace teamNamespaces names ({', '.join(levels) or 'none'})",
+            )
+        elif name not in classes:
+            yield ConfigError(
+                "teamPriorityClasses",
+                entry,
+                f"an entry naming one of priorityClasses ({', '.join(classes) or 'none'})",
             )
     for name, level in levels.items():
         if level == "privileged" and name not in s.pod_security_privileged_namespaces:

@@ -7,17 +7,32 @@ import re
 
 from pydantic import field_validator
 
-from infra.program.settings.base import SettingsGroup, dns_label, key
+from infra.program.settings.base import QUANTITY, SettingsGroup, dns_label, key
 
 POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 _SERVICE_ACCOUNT = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+# A ResourceQuota's resource name: requests.cpu, pods, count/jobs.batch, requests.nvidia.com/gpu,
+# <class>.storageclass.storage.k8s.io/requests.storage.
+_QUOTA_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9./]*[a-z0-9])?")
 
 
 def parse_team_namespace(entry: str) -> tuple[str, str]:
     """A teamNamespaces entry, 'name' or 'name=level', as (name, level)."""
     name, _, level = entry.partition("=")
     return name, level or "restricted"
+
+
+def parse_quota(entry: str) -> tuple[str, str]:
+    """A teamQuota entry, 'resource=quantity', as (resource, quantity)."""
+    resource, _, amount = entry.partition("=")
+    return resource, amount
+
+
+def parse_priority_ceiling(entry: str) -> tuple[str, str]:
+    """A teamPriorityClasses entry, 'namespace=class', as (namespace, class)."""
+    namespace, _, name = entry.partition("=")
+    return namespace, name
 
 
 def parse_deployer(entry: str) -> tuple[str, str, str]:
@@ -83,6 +98,26 @@ class TenancySettings(SettingsGroup):
         "prerequisites stack's NFS server): the label guard refuses privileged anywhere else.",
     )
 
+    team_quota: list[str] = key(
+        "teamQuota",
+        [],
+        "With teamNamespaces: the ResourceQuota ddp-mnist-team-quota the platform sets in every team "
+        "namespace, each 'resource=quantity' (requests.cpu=64, requests.memory=256Gi, "
+        "requests.nvidia.com/gpu=8, requests.storage=2Ti, persistentvolumeclaims=20, pods=100); empty "
+        "sets none. The deployer Role may read it, never change it. A quota on requests.cpu or "
+        "requests.memory makes the API server refuse a pod that requests none (the bundle's pods all "
+        "request both).",
+    )
+    team_priority_classes: list[str] = key(
+        "teamPriorityClasses",
+        [],
+        "With teamNamespaces: the highest of this stack's priorityClasses each team namespace may name, "
+        "each 'namespace=class'. In every team namespace the ResourceQuota ddp-mnist-team-priority allows "
+        "no pod (pods: 0) of system-cluster-critical, system-node-critical or, per this key, of a "
+        "priorityClasses entry valued above the namespace's class (a namespace without an entry may name "
+        "every priorityClasses entry).",
+    )
+
     @field_validator("team_namespaces")
     @classmethod
     def _team_namespaces(cls, values: list[str]) -> list[str]:
@@ -104,6 +139,35 @@ class TenancySettings(SettingsGroup):
             namespace, kind, name = parse_deployer(entry)
             dns_label(namespace)
             _subject(kind, name)
+        return values
+
+    @field_validator("team_quota")
+    @classmethod
+    def _team_quota(cls, values: list[str]) -> list[str]:
+        resources = []
+        for entry in values:
+            resource, amount = parse_quota(entry)
+            if not _QUOTA_RESOURCE.fullmatch(resource) or not QUANTITY.match(amount) or amount[0] in "+-":
+                raise ValueError(
+                    "'resource=quantity' entries (requests.cpu=64, requests.nvidia.com/gpu=8, pods=100)"
+                )
+            resources.append(resource)
+        if len(set(resources)) != len(resources):
+            raise ValueError("entries with distinct resource names")
+        return values
+
+    @field_validator("team_priority_classes")
+    @classmethod
+    def _team_priority_classes(cls, values: list[str]) -> list[str]:
+        namespaces = []
+        for entry in values:
+            namespace, name = parse_priority_ceiling(entry)
+            if not name:
+                raise ValueError("'namespace=class' entries")
+            dns_label(namespace)
+            namespaces.append(namespace)
+        if len(set(namespaces)) != len(namespaces):
+            raise ValueError("one entry per namespace")
         return values
 
     @field_validator("pod_security_admins")
