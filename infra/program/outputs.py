@@ -117,6 +117,11 @@ OUTPUTS: dict[str, StackOutput] = {
     "trainerSmokeCheck": StackOutput(
         "How Trainer v2's smoke TrainJob ended.", PLATFORM_ROLES, "`operatorSmokeCheck` and `trainerInstall`"
     ),
+    "networkPolicySmokeCheck": StackOutput(
+        "How the NetworkPolicy check ended (Complete: the cluster enforces NetworkPolicy).",
+        PLATFORM_ROLES,
+        "`networkPolicySmokeCheck`",
+    ),
     "gpuSmokeCheck": StackOutput(
         "How the GPU smoke pod ended on the GPU nodes.", PLATFORM_ROLES, "`gpuSmokeNodeSelector`"
     ),

@@ -40,6 +40,8 @@ from infra.program.device_plugin import GPU_JOB_NAME, GPU_WAIT_SECONDS, gpu_job_
 from infra.program.isolation import dns_egress
 from infra.program.jobs import CustomResourceWithStatus, _field, wait_annotations
 from infra.program.meta import labels
+from infra.program.network_check import CONTAINER, network_check
+from infra.program.network_check import script as network_script
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
 
 SMOKE_COMPONENT = "smoke-check"
@@ -234,7 +236,8 @@ def trainjob_runtime_spec(settings: Settings) -> dict[str, Any]:
 
 class SmokeCheck(pulumi.ComponentResource):
     """The smoke namespace (Pod Security 'restricted') and, after the operators in `after`, a tiny
-    PyTorchJob and/or TrainJob that `pulumi up` waits for; `outcomes` fail the deployment unless they
+    PyTorchJob and/or TrainJob that `pulumi up` waits for (and with `network`, the NetworkPolicy check,
+    infra/program/network_check.py); `outcomes` fail the deployment unless they
     succeeded (export them as stack outputs so they are awaited)."""
 
     def __init__(
@@ -245,6 +248,7 @@ class SmokeCheck(pulumi.ComponentResource):
         trainer: pulumi.Resource | None,
         opts: pulumi.ResourceOptions | None = None,
         gpu_after: tuple[pulumi.Resource, ...] | None = None,
+        network: bool = False,
     ) -> None:
         super().__init__(f"{PROJECT}:platform:SmokeCheck", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -331,6 +335,18 @@ class SmokeCheck(pulumi.ComponentResource):
                 api_version="trainer.kubeflow.org/v1alpha1",
             )
             self.outcomes["trainerSmokeCheck"] = _gate(trainjob, "TrainJob", TRAINJOB_NAME, settings)
+        if network:
+            probe = smoke_pod(settings, CONTAINER, network_script())
+            self.outcomes["networkPolicySmokeCheck"] = network_check(
+                name,
+                settings,
+                ns,
+                probe,
+                pulumi.ResourceOptions.merge(
+                    child,
+                    pulumi.ResourceOptions.merge(replace, pulumi.ResourceOptions(depends_on=[isolated])),
+                ),
+            )
         if gpu_after is not None:
             gpu = k8s.batch.v1.Job(
                 f"{name}-gpu",

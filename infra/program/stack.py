@@ -123,11 +123,12 @@ def smoke_checks(
     gpu_plugin: NvidiaDevicePlugin | None = None,
 ) -> dict[str, pulumi.Input[object]]:
     """The post-install smoke check of the operators this stack installs or patches (operatorSmokeCheck),
-    and of the GPU nodes (gpuSmokeNodeSelector, after the device plugin when the stack installs it): its
-    outcomes, exported so that `pulumi up` awaits them and fails on a failed check."""
+    of NetworkPolicy enforcement (networkPolicySmokeCheck), and of the GPU nodes (gpuSmokeNodeSelector,
+    after the device plugin when the stack installs it): its outcomes, exported so that `pulumi up`
+    awaits them and fails on a failed check."""
     pytorchjob, trainjob = settings.smoke_checks
     gpu = bool(settings.gpu_smoke_node_selector) and settings.stack_role in ("all", "platform")
-    if not (pytorchjob or trainjob or gpu):
+    if not (pytorchjob or trainjob or gpu or settings.network_check):
         return {}
     check = SmokeCheck(
         "smoke",
@@ -135,6 +136,7 @@ def smoke_checks(
         operator if pytorchjob else None,
         trainer if trainjob else None,
         gpu_after=((gpu_plugin.daemon_set,) if gpu_plugin else ()) if gpu else None,
+        network=settings.network_check,
     )
     return dict(check.outcomes)
 

@@ -12,7 +12,17 @@ import re
 import pytest
 
 from infra.offline.stackconfig import ROOT
-from infra.program import checks, config, device_plugin, placement, platform, runwatch, scheduling, smoke
+from infra.program import (
+    checks,
+    config,
+    device_plugin,
+    network_check,
+    placement,
+    platform,
+    runwatch,
+    scheduling,
+    smoke,
+)
 from infra.program import settings as settings_package
 from tests.docs.messages import HOLE, Message, calls, canonical, config_errors, raised, template
 from trainer import errors, export, launch, mirrors, s3
@@ -103,7 +113,10 @@ def test_every_generic_value_message_is_shown() -> None:
 
 def run_time_messages() -> list[Message]:
     found = (
-        raised(runwatch, "RunError", 0) + raised(smoke, "RunError", 0) + raised(device_plugin, "RunError", 0)
+        raised(runwatch, "RunError", 0)
+        + raised(smoke, "RunError", 0)
+        + raised(device_plugin, "RunError", 0)
+        + raised(network_check, "RunError", 0)
     )
     return [m for m in found if m.template != HOLE]
 
@@ -119,7 +132,7 @@ def smoke_causes() -> list[str]:
     import inspect
 
     causes = []
-    for function in (smoke.smoke_outcome, device_plugin.gpu_smoke_outcome):
+    for function in (smoke.smoke_outcome, device_plugin.gpu_smoke_outcome, network_check.network_outcome):
         tree = ast.parse(inspect.getsource(function).lstrip())
         for node in ast.walk(tree):
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "cause":
@@ -131,7 +144,7 @@ def smoke_causes() -> list[str]:
 
 def test_every_smoke_check_cause_is_shown() -> None:
     causes = smoke_causes()
-    assert len(causes) >= 5
+    assert len(causes) >= 8
     assert [c for c in causes if not shown(Message("smoke", "cause", c))] == []
 
 

@@ -167,6 +167,13 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     assert outputs["gpuDevicePlugin"] == "nvidia-device-plugin-daemonset"
     # The GPU smoke pod was scheduled on an eks-g5 node (it asked for a GPU; the real scheduler placed it).
     assert outputs["gpuSmokeCheck"] == "Complete"
+    # The real API server admits the NetworkPolicy check (Indexed, podFailurePolicy, subdomain) and the
+    # real Job controller completes it once KWOK's stage ends its pods: the wait and the outcome work
+    # here; whether policies are enforced only the real node shows (tests/e2e_node/test_trainjob.py).
+    assert outputs["networkPolicySmokeCheck"] == "Complete"
+    network = live.get("job", "network-smoke", "ddp-mnist-smoke")
+    assert network["spec"]["completionMode"] == "Indexed"
+    assert network["status"]["succeeded"] == 2
     (gpu_pod,) = live.items("pod", "ddp-mnist-smoke", "job-name=gpu-smoke")
     node = live.get("node", gpu_pod["spec"]["nodeName"], "default")
     assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "g5.12xlarge"

@@ -43,6 +43,7 @@ from infra.offline.realcluster import cluster
 from infra.offline.realcluster.node import images as node_images_module
 from infra.offline.realcluster.node import node as real_node
 from infra.offline.realcluster.node.storage import STORAGE_CLASS
+from infra.program.settings import SMOKE_NAMESPACE
 from tests.docs.pages import shell_blocks
 from tests.e2e import live
 from tests.e2e_local import scenario
@@ -227,8 +228,9 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
     try:
         for line in lines:
             if line.startswith(KIND_CREATE):
-                place_on_the_node(STORE_NAMESPACE)
-                place_on_the_node(DEV_NAMESPACE)
+                # The dev stack's, its store's and its smoke checks' pods all run on the real node.
+                for namespace in (STORE_NAMESPACE, DEV_NAMESPACE, SMOKE_NAMESPACE):
+                    place_on_the_node(namespace)
             elif line == "kind load docker-image ddp-mnist/trainer:dev":
                 tag_the_build(socket, node_images["trainer"])
             elif line in STAND_INS or line.startswith(MINIKUBE_START):
@@ -287,7 +289,7 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
                     env=reader.env,
                     check=False,
                 )
-        for namespace in (DEV_NAMESPACE, STORE_NAMESPACE):
+        for namespace in (DEV_NAMESPACE, STORE_NAMESPACE, SMOKE_NAMESPACE):
             live.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
         if made_login_dir:
             shutil.rmtree(login_dir, ignore_errors=True)

@@ -16,12 +16,13 @@ PLATFORM_STACKS = [s for s, role in ROLES.items() if role == "platform"]
 PREREQUISITE_STACKS = [s for s, role in ROLES.items() if role == "prerequisites"]
 
 # The smallest valid config: the default storage preset (nfs-csi) needs a server. Without a seed Job
-# or the post-install smoke check, so that the training job is the stack's only workload (tests of the
-# seed Job and of the smoke check ask for them).
+# or the post-install smoke checks, so that the training job is the stack's only workload (tests of the
+# seed Job and of the smoke checks ask for them).
 BASE: dict[str, Any] = {
     "nfsServer": "nfs.example.internal",
     "seedSource": "none",
     "operatorSmokeCheck": False,
+    "networkPolicySmokeCheck": False,
 }
 
 

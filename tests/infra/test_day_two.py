@@ -60,7 +60,14 @@ PLATFORM_INSTALLS = {
 }
 
 
-# ...and the post-install smoke check of each: its namespace, a PyTorchJob, and for Trainer v2 a TrainJob.
+# ...and the post-install smoke check of each: its namespace, a PyTorchJob, and for Trainer v2 a TrainJob;
+# on every one, the NetworkPolicy check (infra/program/network_check.py).
+NETWORK_CHECK = [
+    "Service/network-smoke",
+    "NetworkPolicy/ddp-mnist-smoke-network-open-in",
+    "NetworkPolicy/ddp-mnist-smoke-network-open-out",
+    "Job/network-smoke",
+]
 PLATFORM_SMOKE = {
     "aks-platform": [
         "Namespace/ddp-mnist-smoke",
@@ -68,14 +75,16 @@ PLATFORM_SMOKE = {
         "PyTorchJob/operator-smoke",
         "DaemonSet/nvidia-device-plugin-daemonset",
         "Job/gpu-smoke",
+        *NETWORK_CHECK,
     ],
-    # No operator: the smoke check's GPU pod alone.
+    # No operator: the smoke check's GPU pod and the NetworkPolicy check alone.
     "eks-platform": [
         "PriorityClass/training-high",
         "DaemonSet/nvidia-device-plugin-daemonset",
         "Namespace/ddp-mnist-smoke",
         "NetworkPolicy/ddp-mnist-smoke",
         "Job/gpu-smoke",
+        *NETWORK_CHECK,
     ],
     "gke-platform": [
         "Namespace/ddp-mnist-smoke",
@@ -83,6 +92,7 @@ PLATFORM_SMOKE = {
         "PyTorchJob/operator-smoke",
         "TrainingRuntime/trainer-smoke",
         "TrainJob/trainer-smoke",
+        *NETWORK_CHECK,
     ],
 }
 

@@ -18,7 +18,7 @@ from infra.offline.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_pres
 from infra.offline.stackconfig import load_stack
 from infra.program.checks import ConfigError
 from infra.program.settings import OPERATOR_INIT_IMAGE
-from infra.program.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE
+from infra.program.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE, SMOKE_POLICY
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
 
 PLATFORM = {"stackRole": "platform"}
@@ -150,6 +150,8 @@ def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
         "PyTorchJob",
         "TrainingRuntime",
         "TrainJob",
+        "Service",  # the NetworkPolicy check's (tests/infra/test_network_check.py)
+        "Job",
     }
     assert validation_errors(rendering, "1.33", DEFAULT_CRD, DEFAULT_CRD_DIR) == []
     broken = render(load_stack("gke-platform"))
@@ -161,7 +163,7 @@ def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
 @pytest.mark.parametrize(
     "values",
     [
-        {**PLATFORM, "operatorSmokeCheck": False},
+        {**PLATFORM, "operatorSmokeCheck": False, "networkPolicySmokeCheck": False},
         {**BASE, "operatorSmokeCheck": False},  # an 'all' stack
         # Nothing installed to check (the operator present is declared restricted).
         {
@@ -175,7 +177,7 @@ def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
 def test_switching_it_off_or_installing_nothing_renders_no_smoke_check(values):
     rendering = render(stack_config(values))
     assert smoke_objects(rendering) == []
-    assert not {"operatorSmokeCheck", "trainerSmokeCheck"} & set(rendering.outputs)
+    assert not {"operatorSmokeCheck", "trainerSmokeCheck", "networkPolicySmokeCheck"} & set(rendering.outputs)
 
 
 def test_an_all_stack_that_installs_the_operator_checks_it_too():
@@ -187,7 +189,11 @@ def test_an_all_stack_that_installs_the_operator_checks_it_too():
 def test_the_smoke_pods_may_only_resolve_names_and_start_after_their_network_policy():
     """Nothing in, DNS out: the Worker's init container and the Master's check only resolve names."""
     rendering = render_config({"operatorSmokeCheck": True})
-    (policy,) = [o for o in smoke_objects(rendering) if o["kind"] == "NetworkPolicy"]
+    (policy,) = [
+        o
+        for o in smoke_objects(rendering)
+        if (o["kind"], o["metadata"]["name"]) == ("NetworkPolicy", SMOKE_POLICY)
+    ]
     assert policy["spec"]["podSelector"] == {}
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in policy["spec"]
@@ -207,6 +213,9 @@ def test_the_stacks_own_namespace_cannot_be_the_smoke_checks():
         "false)"
     )
     assert mocks.registrations == []
+    with pytest.raises(ConfigError) as raised:
+        render(stack_config({**BASE, "namespace": SMOKE_NAMESPACE, "networkPolicySmokeCheck": True}))
+    assert str(raised.value).endswith("(or set networkPolicySmokeCheck false)")
     assert render(stack_config({**BASE, "namespace": SMOKE_NAMESPACE})).objects  # switched off: fine
 
 

@@ -170,10 +170,18 @@ def operator_patch(s: Settings, _: bool) -> Iterator[ConfigError]:
 def smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:
     """The post-install smoke check's namespace belongs to the smoke check: its job runs, and is deleted,
     there (infra/program/smoke.py)."""
-    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and any(s.smoke_checks):
+    keys = [
+        k
+        for k, on in (
+            ("operatorSmokeCheck", any(s.smoke_checks)),
+            ("networkPolicySmokeCheck", s.network_check),
+        )
+        if on
+    ]
+    if s.stack_role != "platform" and s.namespace == SMOKE_NAMESPACE and keys:
         yield ConfigError(
             "namespace",
             s.namespace,
             f"another namespace than {SMOKE_NAMESPACE}, which the post-install smoke check creates and "
-            "owns (or set operatorSmokeCheck false)",
+            f"owns (or set {' and '.join(keys)} false)",
         )

@@ -95,6 +95,11 @@ class Settings(
         return on and (self.operator_install or self.operator_patch_existing), on and self.trainer_install
 
     @property
+    def network_check(self) -> bool:
+        """Whether the stack proves NetworkPolicy enforcement (networkPolicySmokeCheck, platform or 'all')."""
+        return self.network_policy_smoke_check and self.stack_role in ("all", "platform")
+
+    @property
     def seeds_data(self) -> bool:
         """Whether the stack renders the seed Job: the trainer reads the data PVC and a source is set."""
         return self.job_data_source == "pvc" and self.seed_source != "none"

@@ -126,6 +126,16 @@ class SmokeCheckSettings(SettingsGroup):
         "unless it succeeds (Worker refused by admission, image not pullable, ...). Needs no GPU; the "
         "pods run operatorInitContainerImage. Ignored by job stacks.",
     )
+    network_policy_smoke_check: bool = key(
+        "networkPolicySmokeCheck",
+        True,
+        "On a platform or 'all' stack, `pulumi up` proves that the cluster enforces NetworkPolicy: in "
+        "ddp-mnist-smoke, one pod must reach another's port 8080, which a policy opens, and must not "
+        "reach its port 8081, which the namespace's default deny closes; it fails with one line naming "
+        "the cloud's switch when 8081 answers. The pods run operatorInitContainerImage and need its "
+        "`busybox nc` (alpine's has it). false skips the check on a cluster you know enforces none, "
+        "where no stack's policy isolates anything.",
+    )
 
 
 class TrainerV2Settings(SettingsGroup):

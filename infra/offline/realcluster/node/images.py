@@ -7,9 +7,11 @@ docker-image` would: no pod pulls anything (their pull policy is IfNotPresent an
   torch at the project's pin from PyPI in `/opt/venv`, in place of the Dockerfile's upstream base
   (pytorch/pytorch, whose registry is not reachable here). Its CA bundle is this machine's plus the
   tier's mirror CA (mirror.py), as an organisation's base image carries its own CA.
-- **tools**: Debian bookworm's minimal system (sh, coreutils, getent), run as root: the training
-  operator's init container (`operatorInitContainerImage`, which waits with `getent` for the master's
-  name) and the volume provisioner's helper pods (mkdir and rm of a volume's directory).
+- **tools**: Debian bookworm's minimal system (sh, coreutils, getent) with busybox (`busybox nc`, as
+  alpine's busybox has it), run as root: the training operator's init container
+  (`operatorInitContainerImage`, which waits with `getent` for the master's name), the platform's smoke
+  checks (the NetworkPolicy check's pods talk through `busybox nc`) and the volume provisioner's helper
+  pods (mkdir and rm of a volume's directory).
 - **trainer**: **our Dockerfile**, built by docker with only `BASE_IMAGE` set to that base: every step
   above the base is the one users build.
 
@@ -41,6 +43,8 @@ NAMESPACE = "k8s.io"  # containerd's namespace for the CRI's images
 BASE_REPO = "ddp-mnist.local/trainer-base"
 TRAINER_REPO = "ddp-mnist.local/trainer"
 TOOLS_REPO = "ddp-mnist.local/tools"
+# The NetworkPolicy check talks through `busybox nc` (infra/program/network_check.py).
+TOOLS_PACKAGES = ("busybox-static",)
 BASE_RECIPE = "3"
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 SUITE = "bookworm"
@@ -292,13 +296,14 @@ def binary_image(docker: Docker, scratch: Path, repo: str, program: Path) -> str
 
 
 def tools_image(docker: Docker, scratch: Path, say: Callable[[str], None]) -> str:
-    """Debian's minimal system as an image, its default user root (TOOLS_REPO, tagged by its recipe)."""
-    ref = f"{TOOLS_REPO}:{digest_of(SUITE.encode(), b'minbase')}"
+    """Debian's minimal system with busybox as an image, its default user root (TOOLS_REPO, tagged by its
+    recipe)."""
+    ref = f"{TOOLS_REPO}:{digest_of(SUITE.encode(), b'minbase', *(p.encode() for p in TOOLS_PACKAGES))}"
     if docker.has(ref):
         return ref
     rootfs = scratch / "tools"
     try:
-        _debootstrap(rootfs, (), say)
+        _debootstrap(rootfs, TOOLS_PACKAGES, say)
         shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         _import_rootfs(docker, rootfs, ref, ['CMD ["sh"]'])
     finally:
