@@ -40,6 +40,7 @@ NETWORK_OPEN = "ddp-mnist-smoke-network-open"  # the policies opening OPEN_PORT 
 OPEN_PORT = 8080
 CLOSED_PORT = 8081
 OPEN_TRIES = 45  # the probe tries OPEN_PORT every 2 s (plus up to 3 s a try): 90 to 225 s
+DONE_TRIES = 30  # the probe tells the target it is done, once a second until a connection takes it
 SETTLE_SECONDS = 5  # an engine writes a new pod's rules after its event: let them all land
 DEADLINE_SECONDS = 300  # activeDeadlineSeconds: pods that never start (or never end) fail the Job
 WAIT_SECONDS = 420  # pulumi.com/timeoutSeconds: longer than the deadline
@@ -82,7 +83,10 @@ def script() -> str:
         "fi; "
         # The probe.
         f'reach() {{ [ "$({nc} -w 3 {host} "$1" </dev/null 2>/dev/null)" = ok ]; }}; '
-        f"done_() {{ echo done | {nc} -w 3 {host} {OPEN_PORT} >/dev/null 2>&1; }}; "
+        # The target listens again after each connection: a `done` sent before it does is refused, so
+        # it is sent until a connection takes it.
+        f"done_() {{ n=0; until echo done | {nc} -w 3 {host} {OPEN_PORT} >/dev/null 2>&1; do "
+        f"n=$((n+1)); [ $n -ge {DONE_TRIES} ] && return 1; sleep 1; done; }}; "
         f"i=0; until reach {OPEN_PORT}; do i=$((i+1)); if [ $i -ge {OPEN_TRIES} ]; then "
         f"echo port {OPEN_PORT} of {host} never answered, though a NetworkPolicy opens it; "
         f"exit {EXIT_NO_OPEN_PATH}; fi; sleep 2; done; "
