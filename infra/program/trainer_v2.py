@@ -43,7 +43,14 @@ import pulumi
 
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE, SECRET_TYPE, cert_secret, kept_crd, kustomize_source
+from infra.program.training_operator import (
+    CRD_TYPE,
+    SECRET_TYPE,
+    cert_secret,
+    kept_crd,
+    kustomize_source,
+    restricted_namespace,
+)
 from infra.program.vendored import TRAINER, vendored
 
 TRAINER_DEPLOYMENT = "kubeflow-trainer-controller-manager"
@@ -61,6 +68,7 @@ TRAINER_POD_LABELS = {
 }
 STATUS_SERVER_PORT = 10443
 DEPLOYMENT_TYPE = "kubernetes:apps/v1:Deployment"
+NAMESPACE_TYPE = "kubernetes:core/v1:Namespace"
 # The webhook certificate Secrets the manifests create empty and the controllers' own certificate
 # managers fill (Trainer v2.3.0 `certManagement` in its config; JobSet v0.12.0 its cert-controller): the
 # stack leaves their data alone, as the training operator's (training_operator.cert_secret).
@@ -104,8 +112,10 @@ def trainer_transform(
 ) -> Callable[[pulumi.ResourceTransformArgs], pulumi.ResourceTransformResult | None]:
     """A transform for the overlay's children: keeps the CRDs on destroy (or adopts kept ones,
     `trainerAdoptCrds`), leaves the webhook certificates' data to the controllers that write it,
-    points the two controllers at the mirror's images when set, and turns the TrainJobStatus gate on
-    with `trainerProgress`. Everything else passes unchanged."""
+    labels `kubeflow-system` to enforce Pod Security "restricted" (both controllers' pods meet it as
+    upstream writes them: tests/infra/test_trainjob.py reads the vendored overlay), points the two
+    controllers at the mirror's images when set, and turns the TrainJobStatus gate on with
+    `trainerProgress`. Everything else passes unchanged."""
     images = mirrored_images(settings)
     changed = set(images) | ({TRAINER_DEPLOYMENT} if settings.trainer_progress else set())
 
@@ -116,6 +126,8 @@ def trainer_transform(
         name = (props.get("metadata") or {}).get("name")
         if args.type_ == SECRET_TYPE and name in CERT_SECRETS:
             return cert_secret(args)
+        if args.type_ == NAMESPACE_TYPE:
+            return pulumi.ResourceTransformResult(props=restricted_namespace(props), opts=args.opts)
         if args.type_ != DEPLOYMENT_TYPE or name not in changed:
             return None
         if name in images:

@@ -368,6 +368,33 @@ def test_trainer_v2_is_installed_from_its_vendored_manager_overlay_and_keeps_its
     assert _apply(transform, "kubernetes:apps/v1:Deployment", upstream) is None  # no mirror: untouched
 
 
+def test_kubeflow_system_enforces_restricted_which_both_vendored_controllers_meet():
+    """The overlay's namespace is labelled to enforce Pod Security "restricted", and the two Deployments
+    of the vendored overlay, as upstream writes them, meet it (the offline model of the API server's
+    checks); a controller pod that did not would be refused."""
+    import yaml
+
+    from infra.offline.admission import podsecurity
+
+    (transform,) = _install(_trainjob()).transforms
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}}
+    labelled = _apply(transform, "kubernetes:core/v1:Namespace", namespace).props
+    assert labelled["metadata"]["labels"] == {
+        f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
+    }
+    documents = yaml.safe_load_all((MANIFESTS / "kubeflow-trainer" / "manifests.yaml").read_text())
+    workloads = {
+        d["metadata"]["name"]: d for d in documents if d and d["kind"] in ("Deployment", "DaemonSet")
+    }
+    assert set(workloads) == {"kubeflow-trainer-controller-manager", "jobset-controller-manager"}
+    for workload in workloads.values():
+        assert workload["metadata"]["namespace"] == "kubeflow-system"
+        assert podsecurity.violations(workload["spec"]["template"], "restricted") == []
+    escalating = copy.deepcopy(workloads["jobset-controller-manager"]["spec"]["template"])
+    escalating["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    assert podsecurity.violations(escalating, "restricted") != []
+
+
 def test_the_mirror_keys_cover_both_images_the_overlay_pulls():
     mirror = {
         "trainerImage": "registry.internal/kubeflow/trainer-controller-manager:v2.3.0",
