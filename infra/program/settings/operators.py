@@ -35,7 +35,8 @@ class OperatorSettings(SettingsGroup):
         "Kustomize source of the operator instead of the vendored one: a local path (absolute, or ./ or "
         "../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; empty "
         "applies infra/manifests/training-operator (upstream's standalone overlay built from the pinned "
-        "module, checked by its sha256; nothing is downloaded).",
+        "module, checked by its sha256; nothing is downloaded). Either way its Namespace is labelled to "
+        "enforce Pod Security 'restricted', which the operator's pod meets once the platform configures it.",
     )
 
     operator_image: str = key(
@@ -166,7 +167,9 @@ class TrainerV2Settings(SettingsGroup):
         "Kustomize source of Trainer v2 instead of the vendored one: a local path (absolute, or ./ or "
         "../ relative to the directory of Pulumi.yaml) or a git URL with ?ref=<tag or commit>; empty "
         "applies infra/manifests/kubeflow-trainer (upstream's manifests/overlays/manager with JobSet's "
-        "release manifest, built from the pinned modules, checked by its sha256; nothing is downloaded).",
+        "release manifest, built from the pinned modules, checked by its sha256; nothing is downloaded). "
+        "Either way its Namespace is labelled to enforce Pod Security 'restricted', which the vendored "
+        "controllers meet.",
     )
     trainer_image: str = key(
         "trainerImage",
