@@ -5,6 +5,7 @@ good request is answered, and every bad one gets its one-line error."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.serve.conftest import REPO_ROOT, ServeProcess, free_port, start_server, subprocess_env, wait_ready
-from tests.serve.test_serve import INFER, good
+from tests.serve.test_serve import INFER, good, test_images, uint8_request
 
 pytestmark = pytest.mark.slow  # a real model server process under load
 
@@ -67,6 +68,21 @@ def read_status(sock: socket.socket) -> int:
             return 0  # closed without a reply
         data += chunk
     return int(data.split(b" ", 2)[1])
+
+
+def one_reply(sock: socket.socket) -> bytes:
+    """One whole HTTP reply, read to its Content-Length (b"" and what came when the server closes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length and (chunk := sock.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def trickle(port: int, results: list[Any]) -> None:
@@ -148,6 +164,30 @@ def test_connections_past_the_cap_get_503_and_idle_ones_are_closed_at_their_dead
         assert time.monotonic() - started < 4  # at the 2-s deadline, give or take the reaper's 0.5 s
         time.sleep(0.5)
         good(server)
+    finally:
+        code, _, err = server.stop()
+    assert code == 0, err
+
+
+def test_a_keep_alive_connection_reused_late_in_its_idle_time_has_the_whole_timeout_for_its_request(
+    trained: Path,
+) -> None:
+    """A pooled client (requests, httpx) reuses a connection that sat idle for most of the timeout: the
+    request it then sends has the whole timeout from its first byte, not what the idle time left."""
+    server = start_server(str(trained), "--request-timeout=2")
+    try:
+        wait_ready(server)
+        body = json.dumps(uint8_request(test_images()[0][:1])).encode()
+        head = f"POST {INFER} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head + body)
+            assert one_reply(sock).startswith(b"HTTP/1.1 200 ")
+            time.sleep(1.2)  # idle, within the timeout: the connection stays open
+            sock.sendall(head)
+            time.sleep(1.2)  # the body 2.4 s after the idle wait began, 1.2 s after its request began
+            sock.sendall(body)
+            reply = one_reply(sock)
+        assert reply.startswith(b"HTTP/1.1 200 "), reply
     finally:
         code, _, err = server.stop()
     assert code == 0, err

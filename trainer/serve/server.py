@@ -9,9 +9,9 @@ gets 503 with ``Retry-After``), the request bodies held at once stay within a bu
 ``BODY_BUDGET_BODIES`` bodies at the limit per slot (counted as the bytes arrive, so a slow body holds
 little; past it, 503), the JSON objects of a body are counted as it is parsed, at most ``--max-connections``
 connections are open (the next is answered 503 and closed), and ``--request-timeout`` bounds each
-whole request, not each read: a connection idle, or slow to send its request line and headers, that
-long is closed; a body not received within it gets 408. Health, readiness and metadata never wait
-for a slot.
+whole request from its first byte, not each read: a connection idle that long between requests, or
+slow to send its request line and headers, is closed; a body not received within it gets 408. Health,
+readiness and metadata never wait for a slot.
 
 Endpoints (https://github.com/kserve/open-inference-protocol ``specification/protocol/inference_rest.md``)::
 
@@ -43,11 +43,12 @@ body are a 400 like any malformed request.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, cast
 
 from trainer.errors import TrainerError, write_line
 from trainer.serve.config import DEFAULT_REQUEST_TIMEOUT_S, PROG, SERVER_NAME, SERVER_VERSION, ServeConfig
@@ -87,7 +88,19 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
 
     def handle_one_request(self) -> None:
-        """Each request, from the wait for its first line on, must arrive within --request-timeout."""
+        """Each request must arrive whole within --request-timeout of its first byte; a keep-alive
+        connection may wait that long for it (idle), and is closed past it. The idle wait is not the
+        request's: a client that reuses a connection idle for most of the timeout still has the whole
+        timeout to send its request (as Go's net/http starts a request's clock at its first byte)."""
+        self.server.awaiting(self.connection, time.monotonic() + self.timeout)
+        try:
+            # The idle wait (rfile is buffered: StreamRequestHandler.rbufsize): the reaper ends it.
+            first = cast(io.BufferedReader, self.rfile).peek(1)
+        except (TimeoutError, OSError):
+            first = b""
+        if not first:
+            self.close_connection = True  # closed by the client, or idle past the deadline
+            return
         self.request_started = time.monotonic()
         self.server.awaiting(self.connection, self.request_started + self.timeout)
         super().handle_one_request()
