@@ -90,9 +90,9 @@ def applied(registration: Registration, obj: dict[str, Any]) -> Applied:
     return Applied(name, type_, props, _options(opts))
 
 
-def documents(vendored: Vendored) -> list[dict[str, Any]]:
-    """The objects of the component's vendored manifest, in the file's order (a fresh copy each time)."""
-    return list(json.loads(_parsed(str(vendored.manifest), file_sha256(vendored.manifest))))
+def documents(path: Path) -> list[dict[str, Any]]:
+    """The objects of the manifest the component applies, in the file's order (a fresh copy each time)."""
+    return list(json.loads(_parsed(str(path), file_sha256(path))))
 
 
 @functools.cache
@@ -107,14 +107,24 @@ def source_of(registration: Registration) -> str:
 
 
 def installs(registrations: list[Registration]) -> list[Install]:
-    """Every component the program applies from a vendored source, with its objects, by name."""
-    by_path = {str(v.path): v for v in index().values()}
+    """Every component the program applies from a vendored source, with its objects, by name: KServe's
+    from the file the program derives from the vendored one (`infra/program/kserve.py`,
+    `used_manifest`: the release manifest less the components the bundle never uses), the others from
+    the vendored file itself."""
+    from infra.program.kserve import used_manifest
+    from infra.program.vendored import KSERVE
+
+    vendored_ones = index()
+    by_path = {str(v.path): v for v in vendored_ones.values()}
+    by_path[used_manifest(str(vendored_ones[KSERVE].path))] = vendored_ones[KSERVE]
     found = []
     for registration in sorted(registrations, key=lambda r: r.name):
-        vendored = by_path.get(source_of(registration))
+        source = source_of(registration)
+        vendored = by_path.get(source)
         if vendored is None:
             continue
-        objects = [applied(registration, d) for d in documents(vendored)]
+        path = vendored.manifest if source == str(vendored.path) else Path(source)
+        objects = [applied(registration, d) for d in documents(path)]
         found.append(Install(registration, vendored, objects))
     return found
 
@@ -162,6 +172,8 @@ def install_yaml(install: Install) -> str:
         *(f"#   {m['module']} {m['version']}, commit {m['commit']}" for m in vendored.modules),
         "#   CRDs: each version's openAPIV3Schema as its sha256 (in full in the vendored file)",
     ]
+    if source_of(registration) != str(vendored.path):
+        lines.insert(2, "#   less the components the bundle never uses (infra/program/kserve.py, UNUSED),")
     for item in install.objects:
         lines.append("---")
         lines += [_comment(option, value) for option, value in item.options.items()]

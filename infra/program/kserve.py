@@ -12,6 +12,18 @@ and the ConfigMap `inferenceservice-config`, all in namespace `kserve`, which th
 this component creates. The webhooks' serving certificate is a cert-manager `Certificate` signed by a
 self-signed `Issuer` (`config/certmanager`), so cert-manager must already run in the cluster.
 
+Only what the bundle uses is applied. The release manifest also holds two components the bundle never
+runs, the LLM inference service controller (`llmisvc-*`: it may manage secrets, service accounts, roles
+and cluster role bindings cluster-wide) and the local-model cache (`kserve-localmodel*`: a controller,
+and an agent DaemonSet on every node with a `hostPath` volume and cluster-wide read of secrets). Their
+23 objects (`UNUSED`: deployments, the DaemonSet, service accounts, RBAC, Services, certificates and
+webhook configurations) are left out of the file the stack applies (`used_manifest`), whichever the
+source; their CRDs stay, inert, as every KServe CRD is kept. A stack that applied them before deletes
+them at its next `up`; the other objects keep their Pulumi names (the same ConfigFile, the same child
+names), so nothing else is replaced. Without the agent's `hostPath`, namespace `kserve` enforces Pod
+Security "restricted", which the controller manager's pod meets as upstream writes it (both containers
+non-root, no privilege escalation, no capabilities, RuntimeDefault seccomp).
+
 As for the training operator (`infra/program/training_operator.py`), a transform keeps every CRD when the
 stack is destroyed (deleting the InferenceService CRD deletes every team's InferenceServices), and sets
 the default deployment mode in `inferenceservice-config` to "Standard" (upstream's default is
@@ -21,21 +33,137 @@ names its mode anyway (`infra/program/serving.py`).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import stat
+import tempfile
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from infra.program.meta import labels
 from infra.program.settings import PROJECT, Settings
-from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source
+from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source, restricted_namespace
 from infra.program.vendored import KSERVE, vendored
 
 NAMESPACE = "kserve"
 CONFIG_MAP = "inferenceservice-config"
 CONFIG_MAP_TYPE = "kubernetes:core/v1:ConfigMap"
+
+
+FETCH_TIMEOUT_S = 60
+# The objects of the release manifest (v0.20.0) the bundle never uses, by kind and name: the LLM inference
+# service controller and the local-model cache (controller and node agent). A release that renames or
+# drops one of them fails tests/infra/test_serving.py, so an upgrade revisits the list.
+UNUSED: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("ServiceAccount", "llmisvc-controller-manager"),
+        ("Role", "llmisvc-leader-election-role"),
+        ("RoleBinding", "llmisvc-leader-election-rolebinding"),
+        ("ClusterRole", "kserve-llmisvc-manager-role"),
+        ("ClusterRoleBinding", "llmisvc-manager-rolebinding"),
+        ("Service", "llmisvc-controller-manager-service"),
+        ("Service", "llmisvc-webhook-server-service"),
+        ("Deployment", "llmisvc-controller-manager"),
+        ("Certificate", "llmisvc-serving-cert"),
+        ("MutatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"),
+        ("ValidatingWebhookConfiguration", "llminferenceservice.serving.kserve.io"),
+        ("ValidatingWebhookConfiguration", "llminferenceserviceconfig.serving.kserve.io"),
+        ("ServiceAccount", "kserve-localmodel-controller-manager"),
+        ("ServiceAccount", "kserve-localmodelnode-agent"),
+        ("ClusterRole", "kserve-localmodel-manager-role"),
+        ("ClusterRole", "kserve-localmodelnode-agent-role"),
+        ("ClusterRoleBinding", "kserve-localmodel-manager-rolebinding"),
+        ("ClusterRoleBinding", "kserve-localmodelnode-agent-rolebinding"),
+        ("Service", "localmodel-webhook-server-service"),
+        ("Deployment", "kserve-localmodel-controller-manager"),
+        ("DaemonSet", "kserve-localmodelnode-agent"),
+        ("Certificate", "localmodel-serving-cert"),
+        ("ValidatingWebhookConfiguration", "localmodelcache.serving.kserve.io"),
+    }
+)
+# A YAML stream's documents: a `---` line at column 0 always starts one (even inside a block scalar).
+DOCUMENT_START = re.compile(r"(?m)^---[ \t]*(?:#[^\n]*)?(?:\n|$)")
+# A CRD is kept whatever it is, so the 16 CRDs (most of the file's 7 MB) are never parsed here.
+CRD_DOCUMENT = re.compile(r"(?m)^kind:[ \t]*CustomResourceDefinition[ \t]*$")
+
+
+class KServeSourceError(ValueError):
+    """kserveSource cannot be read; `str()` is the one line shown."""
+
+
+def unused(obj: dict[str, Any]) -> bool:
+    return (obj.get("kind"), (obj.get("metadata") or {}).get("name")) in UNUSED
+
+
+def used_documents(text: str) -> str:
+    """`text`, a YAML stream, without the documents of `UNUSED`; every other document as it is, byte for
+    byte (the provider parses what upstream wrote, not a re-dump of it)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    kept = []
+    for document in DOCUMENT_START.split(text):
+        if not CRD_DOCUMENT.search(document):
+            obj = yaml.load(document, Loader=loader)
+            if isinstance(obj, dict) and unused(obj):
+                continue
+        kept.append(document.rstrip("\n") + "\n")
+    return "---\n".join(d for d in kept if d.strip())
+
+
+def _read(source: str) -> bytes:
+    if source.startswith("https://"):
+        try:
+            with urllib.request.urlopen(source, timeout=FETCH_TIMEOUT_S) as response:  # noqa: S310 - https only
+                return bytes(response.read())
+        except OSError as error:
+            raise KServeSourceError(
+                f"config ddp-mnist:kserveSource={source}: cannot fetch it ({error})"
+            ) from None
+    try:
+        return Path(source).read_bytes()
+    except OSError as error:
+        raise KServeSourceError(
+            f"config ddp-mnist:kserveSource={source}: cannot read it ({error.strerror or error})"
+        ) from None
+
+
+def _own_directory() -> Path:
+    """A directory of this user's in the temporary directory, writable by no one else (a file there is
+    what the provider applies with cluster-admin)."""
+    directory = Path(tempfile.gettempdir()) / f"{PROJECT}-{os.getuid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    info = directory.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise KServeSourceError(
+            f"{directory} is not a directory of this user's that only it may write; remove it and run again"
+        )
+    return directory
+
+
+def used_manifest(source: str) -> str:
+    """The file the stack applies: `source` without `UNUSED`, written once per content (named by its
+    sha256, atomically) into a directory of this user's; its path."""
+    used = used_documents(_read(source).decode()).encode()
+    digest = hashlib.sha256(used).hexdigest()
+    path = _own_directory() / f"kserve-{digest[:16]}.yaml"
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == digest:
+        return str(path)
+    descriptor, partial = tempfile.mkstemp(dir=path.parent, prefix=".kserve-", suffix=".yaml")
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(used)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+    return str(path)
 
 
 def kserve_source(settings: Settings) -> str:
@@ -85,14 +213,20 @@ class KServe(pulumi.ComponentResource):
     def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{PROJECT}:operator:KServe", name, {}, opts)
         self.source = kserve_source(settings)
+        try:
+            applied = used_manifest(self.source)
+        except KServeSourceError as error:
+            raise pulumi.RunError(str(error)) from None
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=NAMESPACE, labels=labels(settings, "kserve")),
+            metadata=restricted_namespace(
+                {"metadata": {"name": NAMESPACE, "labels": labels(settings, "kserve")}}
+            )["metadata"],
             opts=pulumi.ResourceOptions(parent=self),
         )
         k8s.yaml.v2.ConfigFile(
             f"{name}-manifests",
-            file=self.source,
+            file=applied,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace], transforms=[kserve_transform()]),
         )
         self.register_outputs({"source": self.source})

@@ -16,6 +16,7 @@ from infra.program import (
     checks,
     config,
     device_plugin,
+    kserve,
     network_check,
     placement,
     platform,
@@ -117,6 +118,7 @@ def run_time_messages() -> list[Message]:
         + raised(smoke, "RunError", 0)
         + raised(device_plugin, "RunError", 0)
         + raised(network_check, "RunError", 0)
+        + raised(kserve, "KServeSourceError", 0)
     )
     return [m for m in found if m.template != HOLE]
 

@@ -3,7 +3,9 @@ manifest vendored in infra/manifests, the stack's default); cert-manager's API i
 its issuing and CA injection are the tier's stand-in (infra/offline/realcluster/certmanager.py), not
 cert-manager:
 
-13. the platform stack, updated with `kserveInstall`, applies KServe's manifest and replaces nothing;
+13. the platform stack, updated with `kserveInstall`, applies KServe's manifest less the components the
+    bundle never uses and replaces nothing; `kserve` enforces "restricted" and the controller manager's
+    pod is admitted under it;
     the stand-in writes the webhook Certificate's Secret and puts its CA into KServe's webhook
     configurations (a check of the stand-in's own work); the API server then calls KServe's webhooks
     over TLS trusting that CA and KServe answers: an InferenceService whose name KServe refuses is
@@ -86,6 +88,18 @@ def test_13_the_platform_stack_installs_kserve_and_its_webhooks_get_their_ca(wit
     assert "replace" not in changed and "delete" not in changed, changed
     controller = live.get("deployment", "kserve-controller-manager", "kserve")
     assert controller["status"].get("availableReplicas") == 1
+    # Only what the bundle uses: the LLM inference service's and the local-model cache's workloads and
+    # RBAC are not applied; so `kserve` enforces "restricted", and the real API server's Pod Security
+    # admission admitted the controller manager's pod under it (a refused pod would leave no replica).
+    labels = live.get("namespace", "kserve")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted", labels
+    deployments = [d["metadata"]["name"] for d in live.items("deployment", "kserve")]
+    assert deployments == ["kserve-controller-manager"], deployments
+    assert live.items("daemonset", "kserve") == []
+    assert not live.exists("clusterrolebinding", "llmisvc-manager-rolebinding")
+    assert not live.exists("validatingwebhookconfiguration", "localmodelcache.serving.kserve.io")
+    assert live.exists("customresourcedefinition", "llminferenceservices.serving.kserve.io")  # CRDs kept
+    assert judge.refused_pod_creations(live.events("kserve")) == []
     # A check of the tier's cert-manager stand-in, not of the cluster: it issued the Certificate's Secret
     # and injected its CA into the webhook configuration.
     secret = live.get("secret", "kserve-webhook-server-cert", "kserve")

@@ -225,6 +225,6 @@ def test_the_summary_names_each_vendored_install_and_its_objects(tmp_path):
         in rows
     )
     assert (
-        "yaml kserve-manifests source=infra/manifests/kserve/kserve.yaml (vendored v0.20.0, 61 objects)"
+        "yaml kserve-manifests source=infra/manifests/kserve/kserve.yaml (vendored v0.20.0, 38 objects)"
         in rows
     )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
+import urllib.error
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -16,9 +19,10 @@ from infra.offline.crd import crd_validator
 from infra.offline.effective import Controllers, derive
 from infra.offline.manifest import RecordingMocks, run_program, to_yaml
 from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
-from infra.offline.stackconfig import ROOT, load_stack
+from infra.offline.stackconfig import load_stack
+from infra.program import kserve
 from infra.program.checks import ConfigError
-from infra.program.kserve import CONFIG_MAP, standard_mode
+from infra.program.kserve import CONFIG_MAP, UNUSED, standard_mode, used_manifest
 from infra.program.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.training_operator import CRD_TYPE
 from infra.program.vendored import MANIFESTS
@@ -366,38 +370,127 @@ def test_inference_service_crd_validation_can_fail():
     assert list(validator.iter_errors(isvc))
 
 
-@pytest.mark.parametrize(
-    ("source", "file"),
-    [
-        ("./vendor/kserve/kserve.yaml", str(ROOT / "vendor/kserve/kserve.yaml")),
-        ("/srv/mirror/kserve-v0.20.0.yaml", "/srv/mirror/kserve-v0.20.0.yaml"),
-        (
-            "https://mirror.example/kserve/v0.20.0/kserve.yaml",
-            "https://mirror.example/kserve/v0.20.0/kserve.yaml",
-        ),
-    ],
-)
-def test_a_mirrored_kserve_manifest_is_what_the_platform_stack_applies(source, file, monkeypatch):
-    """The provider reads the file from infra/ (`main: infra/`): a relative path reaches it absolute."""
-    monkeypatch.chdir(ROOT / "infra")
-    values = {
-        "stackRole": "platform",
-        "kserveInstall": True,
-        "operatorInstall": False,
-        "kserveSource": source,
+VENDORED_KSERVE = MANIFESTS / "kserve" / "kserve.yaml"
+PLATFORM_KSERVE = {"stackRole": "platform", "kserveInstall": True, "operatorInstall": False}
+
+
+def _documents(path: str | Path) -> list[str]:
+    """The file's YAML documents as text (split on `---` lines), each stripped of its newlines."""
+    text = "\n" + Path(path).read_text()
+    return [d.strip("\n") for d in text.split("\n---\n") if d.strip()]
+
+
+def _is_crd(document: str) -> bool:
+    return "\nkind: CustomResourceDefinition\n" in f"\n{document}\n"
+
+
+def _objects(path: str | Path) -> list[dict[str, Any]]:
+    """The file's objects but its CRDs (most of its 7 MB, compared as text where it matters)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [yaml.load(d, Loader=loader) for d in _documents(path) if not _is_crd(d)]
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def test_the_stack_applies_the_release_manifest_less_exactly_the_components_it_never_uses():
+    """Every object of the vendored release manifest is applied as upstream wrote it, but the 23 of the
+    LLM inference service and the local-model cache (their CRDs stay); each listed one exists upstream,
+    so a release that renames one fails here."""
+    rendering = render_config(PLATFORM_KSERVE)
+    (manifest,) = rendering.external
+    applied = manifest.inputs["file"]
+    assert applied == used_manifest(str(VENDORED_KSERVE)) != str(VENDORED_KSERVE)
+    assert rendering.outputs["kserveSource"] == str(VENDORED_KSERVE)  # what the stack was given
+    upstream = _objects(VENDORED_KSERVE)
+    assert {_key(o) for o in upstream} >= UNUSED
+    assert _objects(applied) == [o for o in upstream if _key(o) not in UNUSED]
+    assert [o["metadata"]["name"] for o in _objects(applied) if o["kind"] in ("Deployment", "DaemonSet")] == [
+        "kserve-controller-manager"  # the node agent's DaemonSet, with its hostPath, is gone
+    ]
+    crds = [d for d in _documents(VENDORED_KSERVE) if _is_crd(d)]
+    assert len(crds) == 16
+    assert [d for d in _documents(applied) if _is_crd(d)] == crds  # byte for byte
+    # Written once, for this user alone (the provider applies it with cluster-admin).
+    assert oct(Path(applied).parent.stat().st_mode & 0o777) == "0o700"
+    assert used_manifest(str(VENDORED_KSERVE)) == applied
+
+
+def test_namespace_kserve_enforces_restricted_which_the_controller_manager_meets_as_upstream_writes_it():
+    from infra.offline.admission import podsecurity
+
+    (namespace,) = [o for o in render_config(PLATFORM_KSERVE).objects if o["kind"] == "Namespace"]
+    assert namespace["metadata"]["name"] == "kserve"
+    for mode in ("enforce", "warn", "audit"):
+        assert namespace["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    workloads = {
+        o["metadata"]["name"]: o
+        for o in _objects(used_manifest(str(VENDORED_KSERVE)))
+        if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")
     }
-    (manifest,) = render_config(values).external
-    assert manifest.inputs["file"] == file
+    assert list(workloads) == ["kserve-controller-manager"]
+    template = workloads["kserve-controller-manager"]["spec"]["template"]
+    assert podsecurity.violations(template, "restricted") == []
+    (agent,) = [o for o in _objects(VENDORED_KSERVE) if o["kind"] == "DaemonSet"]  # what it left out
+    assert podsecurity.violations(agent["spec"]["template"], "restricted") != []
+
+
+def test_a_mirrored_manifest_is_applied_less_the_same_components(tmp_path, monkeypatch):
+    """A local copy and an https mirror are read by the program (the provider gets the derived file),
+    each less the unused components; what the mirror holds besides is applied as it is."""
+    extra = "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: mirror-note\n  namespace: kserve\n"
+    mirror = tmp_path / "kserve-v0.20.0.yaml"
+    mirror.write_text(VENDORED_KSERVE.read_text() + extra)
+    fetched: list[str] = []
+
+    class Response(io.BytesIO):
+        def __enter__(self) -> Response:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            self.close()
+
+    def urlopen(url: str, timeout: float) -> Response:
+        fetched.append(url)
+        return Response(mirror.read_bytes())
+
+    monkeypatch.setattr(kserve.urllib.request, "urlopen", urlopen)
+    url = "https://mirror.example/kserve/v0.20.0/kserve.yaml"
+    for source in (str(mirror), url):
+        (manifest,) = render_config({**PLATFORM_KSERVE, "kserveSource": source}).external
+        names = [_key(o) for o in _objects(manifest.inputs["file"])]
+        assert ("ConfigMap", "mirror-note") in names
+        assert not set(names) & UNUSED
+        assert len(names) == len(_objects(VENDORED_KSERVE)) - len(UNUSED) + 1  # CRDs aside
+    assert fetched == [url]
+
+
+def test_a_source_that_cannot_be_read_stops_the_program_with_one_line(tmp_path, monkeypatch):
+    missing = tmp_path / "kserve.yaml"
+    with pytest.raises(pulumi.RunError) as error:
+        render_config({**PLATFORM_KSERVE, "kserveSource": str(missing)})
+    assert str(error.value) == (
+        f"config ddp-mnist:kserveSource={missing}: cannot read it (No such file or directory)"
+    )
+
+    def refused(url: str, timeout: float) -> None:
+        raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    monkeypatch.setattr(kserve.urllib.request, "urlopen", refused)
+    url = "https://mirror.example/kserve.yaml"
+    with pytest.raises(pulumi.RunError) as error:
+        render_config({**PLATFORM_KSERVE, "kserveSource": url})
+    why = "<urlopen error [Errno 111] Connection refused>"
+    assert str(error.value) == f"config ddp-mnist:kserveSource={url}: cannot fetch it ({why})"
 
 
 def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode():
-    rendering = render_config({"stackRole": "platform", "kserveInstall": True, "operatorInstall": False})
+    rendering = render_config(PLATFORM_KSERVE)
     (manifest,) = rendering.external
-    assert manifest.inputs["file"] == str(MANIFESTS / "kserve" / "kserve.yaml")
     found = [(o["kind"], o["metadata"]["name"]) for o in rendering.objects]
     # ...and the Pod Security label guard every platform stack has by default (podSecurityLabelGuard).
     assert [f for f in found if not f[1].startswith("ddp-mnist-pod-security")] == [("Namespace", "kserve")]
-    assert rendering.outputs["kserveSource"] == manifest.inputs["file"]
     (transform,) = manifest.transforms  # the transform the program registered with the manifest
 
     def args(type_: str, props: dict[str, Any]) -> pulumi.ResourceTransformArgs:

@@ -362,7 +362,7 @@ def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_ref
     policy/crossguard.py says upstream's manifests hold."""
     resources = stack_resources("gke-platform")
     upstream = [(urn, obj) for urn, obj in resources if "-manifests:" in urn.rsplit("::", 1)[-1]]
-    assert len(upstream) == 14 + 35 + 61
+    assert len(upstream) == 14 + 35 + 38  # KServe's less the components the bundle never uses
     assert _reported(upstream, stack="gke-platform") == []
     nothing_excluded = {"excludeNamespaces": []}
     reported = _reported(upstream, config=nothing_excluded, stack="gke-platform")
@@ -374,18 +374,14 @@ def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_ref
     # Every upstream controller mounts its token (it calls the API server) and comes from its project's
     # own registry, by tag.
     controllers = {
-        "DaemonSet kserve-localmodelnode-agent",
         "Deployment jobset-controller-manager",
         "Deployment kserve-controller-manager",
-        "Deployment kserve-localmodel-controller-manager",
         "Deployment kubeflow-trainer-controller-manager",
-        "Deployment llmisvc-controller-manager",
         "Deployment training-operator",
     }
     for policy in ("no-automounted-token", "images-from-allowed-registries"):
         assert {m.split(":", 1)[0] for p, m in reported if p == policy} == controllers, policy
     assert found == [
-        ("pod-security-restricted", "DaemonSet kserve-localmodelnode-agent"),  # a hostPath volume
         # The training operator meets both: the platform's transform (infra/program/training_operator.py).
         ("requests-and-limits-set", "Deployment kserve-controller-manager"),
         ("requests-and-limits-set", "Deployment kubeflow-trainer-controller-manager"),

@@ -129,7 +129,8 @@ class KServeSettings(SettingsGroup):
         "KServe's release manifest kserveInstall applies instead of the vendored one: a local file "
         "(absolute, or ./ or ../ relative to the directory of Pulumi.yaml) or an https URL; empty applies "
         "infra/manifests/kserve/kserve.yaml (the release's kserve.yaml from the pinned module, checked by "
-        "its sha256; nothing is downloaded).",
+        "its sha256; nothing is downloaded). Either is read by the program, which applies it less the "
+        "components the bundle never uses (the LLM inference service, the local-model cache).",
     )
 
     @field_validator("kserve_version")
