@@ -83,16 +83,24 @@ def test_each_node_gets_the_torch_plugins_env_with_the_master_here(tmp_path):
 
 def _scripted(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> None:
     """Node 0 fails `incidents` times with `code`, then exits 0; the other nodes exit 0 after a moment.
-    Every run of every pod is counted in a file named after it."""
-    for pod in job.pods:
-        counter = tmp_path / f"{pod.name}.runs"
+    Every run of every pod is counted in a file named after it; node 0 ends a run only once every other
+    node has counted the same run (on a loaded machine a peer's interpreter may still be starting when
+    node 0 exits, and the restart would stop it before it counted)."""
+    counters = [tmp_path / f"{pod.name}.runs" for pod in job.pods]
+    for pod, counter in zip(job.pods, counters, strict=True):
         fails = incidents if pod.index == 0 else 0
+        peers = [str(c) for c in counters if c != counter] if pod.index == 0 else []
         script = (
             "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); "
             "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
+            "runs = lambda q: int(q.read_text() or 0) if q.exists() else 0; "
+            "deadline = time.monotonic() + 30\n"
+            "while any(runs(pathlib.Path(q)) < n + 1 for q in sys.argv[2:])"
+            " and time.monotonic() < deadline:\n"
+            "    time.sleep(0.01)\n"
             f"time.sleep(0.3 if {pod.index} else 0); sys.exit({code} if n < {fails} else 0)"
         )
-        pod.argv = [sys.executable, "-c", script, str(counter)]
+        pod.argv = [sys.executable, "-c", script, str(counter), *peers]
 
 
 def _run_scripted(values: dict, tmp_path: Path, incidents: int, code: int = 137):
