@@ -96,7 +96,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             # The idle wait (rfile is buffered: StreamRequestHandler.rbufsize): the reaper ends it.
             first = cast(io.BufferedReader, self.rfile).peek(1)
-        except (TimeoutError, OSError):
+        except OSError:  # TimeoutError included
             first = b""
         if not first:
             self.close_connection = True  # closed by the client, or idle past the deadline
