@@ -80,7 +80,8 @@ def with_stand_in_secrets(stack: StackConfig) -> StackConfig:
     """The stack as it is once its secret keys are set, when only they are missing.
 
     A stack file in git carries the S3 key pair only after `pulumi config set --secret minioAccessKey`
-    (and `minioSecretKey`) has stored it, encrypted for that stack's own secrets provider; the shipped
+    (and `minioSecretKey`; the read-only pair likewise, where minioReadKeysRequired asks for it) has
+    stored it, encrypted for that stack's own secrets provider; the shipped
     stacks therefore hold none. When the program would refuse a stack for that reason alone, offline
     tools take the keys as set, with the placeholder a `secure:` value gets: none of them ever needs a
     secret's value (the local scheduler hands pods its own stand-in's keys).
@@ -90,15 +91,20 @@ def with_stand_in_secrets(stack: StackConfig) -> StackConfig:
     from infra.program.settings import PROJECT
     from infra.program.settings.base import KEY_PAIRS
 
-    try:
-        settings_from_raw(stack.values, set(stack.secret_keys))
-    except ConfigError as exc:
-        if exc.key != f"{PROJECT}:minioAccessKey" or "=(unset) " not in str(exc):
+    wanted = {f"{PROJECT}:{pair[0]}": pair for pair in KEY_PAIRS}  # the read/write pair, the read-only one
+    for _ in KEY_PAIRS:
+        try:
+            settings_from_raw(stack.values, set(stack.secret_keys))
+        except ConfigError as exc:
+            pair = wanted.pop(exc.key, None)
+            if pair is None or "=(unset) " not in str(exc):
+                return stack
+            keys = {f"{PROJECT}:{k}" for k in pair}
+            stack = StackConfig(
+                name=stack.name,
+                values={**stack.values, **dict.fromkeys(keys, SECRET_PLACEHOLDER)},
+                secret_keys=stack.secret_keys | keys,
+            )
+        else:
             return stack
-        keys = {f"{PROJECT}:{k}" for k in KEY_PAIRS[0]}  # the read/write pair; a read-only one is optional
-        return StackConfig(
-            name=stack.name,
-            values={**stack.values, **dict.fromkeys(keys, SECRET_PLACEHOLDER)},
-            secret_keys=stack.secret_keys | keys,
-        )
     return stack

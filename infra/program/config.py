@@ -170,7 +170,30 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
     )
     if violation:
         raise violation
+    readers = read_only_pods(settings)
+    if (
+        settings.minio_read_keys_required
+        and readers
+        and not (read_pair or settings.minio_read_existing_secret)
+    ):
+        raise ConfigError(
+            KEY_PAIRS[1][0],
+            None,
+            f"set (with {KEY_PAIRS[1][1]}, both --secret) or minioReadExistingSecret given when "
+            f"minioReadKeysRequired is true: {' and '.join(readers)} only read the store",
+            secret=True,
+        )
     return settings, bool(present)
+
+
+def read_only_pods(settings: Settings) -> list[str]:
+    """The stack's pods that only read the store (each takes the read-only pair when there is one)."""
+    found = []
+    if settings.seeds_data and settings.seed_source == "s3":
+        found.append("the seed Job (seedSource s3)")
+    if settings.serve_kind != "none" and settings.serve_model_source == "s3":
+        found.append("the model server (serveModelSource s3)")
+    return found
 
 
 def _runtime_config() -> tuple[dict[str, str], set[str]]:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import stat
 import tempfile
 import urllib.request
@@ -48,7 +47,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
+from infra.program import operator_ingress
 from infra.program.meta import labels
+from infra.program.operator_ingress import CRD_DOCUMENT, DOCUMENT_START
 from infra.program.settings import PROJECT, Settings
 from infra.program.training_operator import CRD_TYPE, kept_crd, kustomize_source, restricted_namespace
 from infra.program.vendored import KSERVE, vendored
@@ -89,10 +90,8 @@ UNUSED: frozenset[tuple[str, str]] = frozenset(
         ("ValidatingWebhookConfiguration", "localmodelcache.serving.kserve.io"),
     }
 )
-# A YAML stream's documents: a `---` line at column 0 always starts one (even inside a block scalar).
-DOCUMENT_START = re.compile(r"(?m)^---[ \t]*(?:#[^\n]*)?(?:\n|$)")
-# A CRD is kept whatever it is, so the 16 CRDs (most of the file's 7 MB) are never parsed here.
-CRD_DOCUMENT = re.compile(r"(?m)^kind:[ \t]*CustomResourceDefinition[ \t]*$")
+# A YAML stream's documents split at `---` lines (DOCUMENT_START); a CRD is kept whatever it is, so the
+# 16 CRDs (most of the file's 7 MB) are never parsed here (CRD_DOCUMENT).
 
 
 class KServeSourceError(ValueError):
@@ -224,9 +223,16 @@ class KServe(pulumi.ComponentResource):
             )["metadata"],
             opts=pulumi.ResourceOptions(parent=self),
         )
-        k8s.yaml.v2.ConfigFile(
+        manifests = k8s.yaml.v2.ConfigFile(
             f"{name}-manifests",
             file=applied,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace], transforms=[kserve_transform()]),
+        )
+        operator_ingress.apply(
+            name,
+            settings,
+            "kserve",
+            operator_ingress.read_objects(applied),
+            pulumi.ResourceOptions(parent=self, depends_on=[namespace, manifests]),
         )
         self.register_outputs({"source": self.source})

@@ -41,6 +41,7 @@ from typing import Any
 
 import pulumi
 
+from infra.program import operator_ingress
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, Settings
 from infra.program.training_operator import (
@@ -146,9 +147,19 @@ class TrainerV2(pulumi.ComponentResource):
     def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{PROJECT}:operator:TrainerV2", name, {}, opts)
         self.source = trainer_source(settings)
-        Directory(
+        manifests = Directory(
             f"{name}-manifests",
             directory=self.source,
             opts=pulumi.ResourceOptions(parent=self, transforms=[trainer_transform(settings)]),
         )
+        if settings.trainer_source:
+            operator_ingress.not_read("trainerSource", settings.trainer_source, "Trainer v2")
+        else:
+            operator_ingress.apply(
+                name,
+                settings,
+                "trainer",
+                operator_ingress.read_objects(str(vendored(TRAINER).manifest)),
+                pulumi.ResourceOptions(parent=self, depends_on=[manifests]),
+            )
         self.register_outputs({"source": self.source})

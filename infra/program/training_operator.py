@@ -30,6 +30,7 @@ from typing import Any
 
 import pulumi
 
+from infra.program import operator_ingress
 from infra.program.kustomize import Directory
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 from infra.program.vendored import TRAINING_OPERATOR, vendored
@@ -290,9 +291,19 @@ class TrainingOperator(pulumi.ComponentResource):
     def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(f"{PROJECT}:operator:TrainingOperator", name, {}, opts)
         self.source = operator_source(settings)
-        Directory(
+        manifests = Directory(
             f"{name}-manifests",
             directory=self.source,
             opts=pulumi.ResourceOptions(parent=self, transforms=[operator_transform(settings)]),
         )
+        if settings.operator_source:
+            operator_ingress.not_read("operatorSource", settings.operator_source, "the training operator")
+        else:
+            operator_ingress.apply(
+                name,
+                settings,
+                "operator",
+                operator_ingress.read_objects(str(vendored(TRAINING_OPERATOR).manifest)),
+                pulumi.ResourceOptions(parent=self, depends_on=[manifests]),
+            )
         self.register_outputs({"source": self.source})

@@ -120,6 +120,23 @@ def outputs(result: auto.UpResult) -> dict[str, Any]:
     return {key: value.value for key, value in result.outputs.items()}
 
 
+def controller_ingress(deployment: str, namespace: str) -> list[int | str]:
+    """The platform's ingress policy of a controller as the real API server holds it (it admitted it):
+    the pods its selector picks are exactly the Deployment's running ones; the ports it admits, as a
+    list. (Whether the policy blocks anything needs a policy engine, which this tier has not.)"""
+    policy = live.get("networkpolicy", f"ddp-mnist-{deployment}-ingress", namespace)
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"], spec
+    selected = live.items(
+        "pod", namespace, ",".join(f"{k}={v}" for k, v in spec["podSelector"]["matchLabels"].items())
+    )
+    owned = [p for p in live.items("pod", namespace) if p["metadata"]["name"].startswith(f"{deployment}-")]
+    assert owned and sorted(p["metadata"]["name"] for p in selected) == sorted(
+        p["metadata"]["name"] for p in owned
+    )
+    return [port["port"] for rule in spec.get("ingress") or [] for port in rule.get("ports") or []]
+
+
 def changes(summary: Mapping[Any, int] | None) -> dict[Any, int]:
     """An update's or preview's resource changes other than `same`."""
     return {op: count for op, count in (summary or {}).items() if op != "same" and count}

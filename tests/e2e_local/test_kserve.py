@@ -5,7 +5,8 @@ cert-manager:
 
 13. the platform stack, updated with `kserveInstall`, applies KServe's manifest less the components the
     bundle never uses and replaces nothing; `kserve` enforces "restricted" and the controller manager's
-    pod is admitted under it;
+    pod is admitted under it; the platform's ingress policy selects that pod and admits its webhook and
+    metrics ports;
     the stand-in writes the webhook Certificate's Secret and puts its CA into KServe's webhook
     configurations (a check of the stand-in's own work); the API server then calls KServe's webhooks
     over TLS trusting that CA and KServe answers: an InferenceService whose name KServe refuses is
@@ -99,6 +100,8 @@ def test_13_the_platform_stack_installs_kserve_and_its_webhooks_get_their_ca(wit
     assert not live.exists("clusterrolebinding", "llmisvc-manager-rolebinding")
     assert not live.exists("validatingwebhookconfiguration", "localmodelcache.serving.kserve.io")
     assert live.exists("customresourcedefinition", "llminferenceservices.serving.kserve.io")  # CRDs kept
+    # The controller manager's pod alone is selected by the platform's ingress policy: webhook and metrics.
+    assert sorted(scenario.controller_ingress("kserve-controller-manager", "kserve")) == [8443, 9443]
     # (A FailedCreate for the ServiceAccount not found yet may come first: the ConfigFile applies the
     # Deployment and its ServiceAccount side by side, and the ReplicaSet controller retries.)
     refused = judge.refused_pod_creations(live.events("kserve"))

@@ -66,6 +66,11 @@ def test_11_a_platform_stack_installs_trainer_v2_and_jobset(platform_v2: dict) -
         assert live.exists("crd", crd)
     for deployment in ("kubeflow-trainer-controller-manager", "jobset-controller-manager"):
         assert live.get("deployment", deployment, TRAINER_NAMESPACE)["status"].get("availableReplicas") == 1
+    # Each controller's pod alone is selected by the platform's ingress policy: webhook, metrics, and
+    # Trainer's status server.
+    ingress = scenario.controller_ingress("kubeflow-trainer-controller-manager", TRAINER_NAMESPACE)
+    assert sorted(ingress) == [8443, 9443, 10443]
+    assert sorted(scenario.controller_ingress("jobset-controller-manager", TRAINER_NAMESPACE)) == [8443, 9443]
 
 
 def test_12_a_trainjob_stack_seeds_trains_through_jobset_and_changes_nothing_after(trainjob: dict) -> None:

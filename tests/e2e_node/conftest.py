@@ -117,13 +117,45 @@ def backend(node_cluster: cluster.State, tmp_path_factory: pytest.TempPathFactor
 
 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
-    """On a failure, the cluster's warning events go into the report."""
+    """On a failure, the cluster's warning events and the logs of its failed containers go into the
+    report (before the test's stacks are destroyed, which takes the pods and their logs)."""
     if call.when == "call" and call.excinfo is not None and "node_cluster" in item.fixturenames:
         try:
             events = live.kubectl("get", "events", "-A", "--field-selector", "type=Warning")
         except (RuntimeError, subprocess.TimeoutExpired):
             return
         item.add_report_section("call", "warning events", events[-6000:])
+        item.add_report_section("call", "failed containers' logs", failed_logs())
+
+
+def failed_logs(most: int = 8) -> str:
+    """The last lines of each container that ended with a non-zero code (its current run, or the one
+    before a restart), `most` of them."""
+    try:
+        pods = json.loads(live.kubectl("get", "pods", "-A", "-o", "json"))["items"]
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as error:
+        return f"(pods not listed: {error})"
+    found = []
+    for pod in pods:
+        meta = pod["metadata"]
+        for status in pod.get("status", {}).get("containerStatuses") or []:
+            for state, previous in (
+                (status.get("state") or {}, False),
+                (status.get("lastState") or {}, True),
+            ):
+                ended = state.get("terminated") or {}
+                if ended.get("exitCode", 0) == 0:
+                    continue
+                argv = ["logs", "-n", meta["namespace"], meta["name"], "-c", status["name"], "--tail=40"]
+                try:
+                    text = live.kubectl(*argv, *(["--previous"] if previous else []))
+                except (RuntimeError, subprocess.TimeoutExpired) as error:
+                    text = f"(no logs: {error})"
+                found.append(
+                    f"--- {meta['namespace']}/{meta['name']} {status['name']} exit {ended['exitCode']}"
+                    f"{' (before a restart)' if previous else ''}\n{text[-3000:]}"
+                )
+    return "\n".join(found[:most]) or "(no container ended with a non-zero code)"
 
 
 def static_volume(name: str, path: Path, namespace: str, claim: str) -> dict:

@@ -45,6 +45,15 @@ def by_kind(rendering: Rendering, kind: str) -> list[dict[str, Any]]:
     return [o for o in rendering.objects if o["kind"] == kind]
 
 
+def team_policies(rendering: Rendering) -> list[dict[str, Any]]:
+    """The NetworkPolicies of the stack's own namespace (not the platform's controllers' or smoke check's)."""
+    return [
+        p
+        for p in by_kind(rendering, "NetworkPolicy")
+        if p["metadata"].get("namespace") == rendering.settings.namespace
+    ]
+
+
 def one(rendering: Rendering, kind: str) -> dict[str, Any]:
     (obj,) = by_kind(rendering, kind)
     return obj

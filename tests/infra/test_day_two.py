@@ -9,6 +9,7 @@ import pytest
 from infra.offline.manifest import render
 from infra.offline.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
 from infra.offline.stackconfig import load_stack
+from infra.program.operator_ingress import policy_name
 from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
 
 JOB_TYPES = {"pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob", "indexed-job": "kubernetes:batch/v1:Job"}
@@ -104,12 +105,19 @@ def test_a_platform_stack_installs_only_the_operators_their_smoke_check_and_the_
         o for o in rendering.objects if o["metadata"]["labels"].get(COMPONENT) not in ("tenancy", "storage")
     ]
     found = [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
-    assert sorted(found) == sorted(kserve + PLATFORM_SMOKE[name])
+    # Each upstream controller's ingress policy (infra/program/operator_ingress.py), in its namespace.
+    controllers = [
+        a.obj["metadata"] for i in rendering.upstream for a in i.objects if a.obj["kind"] == "Deployment"
+    ]
+    ingress = [f"NetworkPolicy/{policy_name(c['name'])}" for c in controllers]
+    assert sorted(found) == sorted(kserve + ingress + PLATFORM_SMOKE[name])
     assert {
         o["metadata"].get("namespace", "ddp-mnist-smoke")
         for o in objects
         if o["kind"] not in ("Namespace", "PriorityClass")  # cluster-scoped
-    } <= {"ddp-mnist-smoke", "kube-system"}  # the device plugin's, upstream's namespace
+    } <= {"ddp-mnist-smoke", "kube-system"} | {
+        c["namespace"] for c in controllers
+    }  # kube-system: the device plugin's
     # Each from its vendored source (KServe's less the components the bundle never uses).
     assert len(rendering.upstream) == len(rendering.external)
     assert sorted(install.vendored.shown for install in rendering.upstream) == PLATFORM_INSTALLS[name]

@@ -12,7 +12,15 @@ from infra.offline.stackconfig import load_stack
 from infra.program.checks import ConfigError
 from infra.program.isolation import EPHEMERAL_PORTS
 from infra.program.meta import JOB_LABEL
-from tests.infra.conftest import JOB_STACKS, by_kind, is_training_job, one, pod_templates, render_config
+from tests.infra.conftest import (
+    JOB_STACKS,
+    by_kind,
+    is_training_job,
+    one,
+    pod_templates,
+    render_config,
+    team_policies,
+)
 
 STACKS = JOB_STACKS
 DNS_RULE = {
@@ -39,7 +47,7 @@ def _peer_ports(master_port=23456):
 @pytest.mark.parametrize("name", STACKS)
 def test_network_policy_selects_exactly_the_jobs_pods(name):
     rendering = render(load_stack(name))
-    (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "mnist-r1"]
+    (policy,) = [p for p in team_policies(rendering) if p["metadata"]["name"] == "mnist-r1"]
     selector = policy["spec"]["podSelector"]
     assert selector == {"matchLabels": {JOB_LABEL: "mnist-r1"}}
     templates = pod_templates(rendering)
@@ -52,7 +60,7 @@ def test_network_policy_selects_exactly_the_jobs_pods(name):
 @pytest.mark.parametrize("name", STACKS)
 def test_dns_egress_reaches_the_metadata_address_on_gke_stacks_only(name):
     rendering = render(load_stack(name))
-    (policy,) = [p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "mnist-r1"]
+    (policy,) = [p for p in team_policies(rendering) if p["metadata"]["name"] == "mnist-r1"]
     blocks = [peer["ipBlock"]["cidr"] for peer in policy["spec"]["egress"][0]["to"] if "ipBlock" in peer]
     metadata = "169.254.169.254/32" in blocks
     assert metadata == name.startswith("gke-"), (name, blocks)  # GKE's Cloud DNS; IMDS elsewhere
@@ -219,7 +227,7 @@ def test_network_policy_exists_before_the_job_and_can_be_turned_off():
         (job,) = [r for r in render_config({"jobKind": kind}).registrations if r.type == job_type]
         assert "network-policy" in job.dependencies
     rendering = render_config({"jobNetworkPolicy": False})
-    assert by_kind(rendering, "NetworkPolicy") == []
+    assert team_policies(rendering) == []
     (job,) = [r for r in rendering.registrations if r.type.endswith(":PyTorchJob") and r.custom]
     assert "network-policy" not in job.dependencies
 
@@ -306,22 +314,16 @@ def test_budget_parts_are_independent():
 
 def job_policy(rendering) -> dict:
     """The job's own NetworkPolicy (not the namespace's default deny)."""
-    (policy,) = [
-        p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] != "ddp-mnist-default-deny"
-    ]
+    (policy,) = [p for p in team_policies(rendering) if p["metadata"]["name"] != "ddp-mnist-default-deny"]
     return policy
 
 
 def test_the_namespace_denies_every_pod_without_a_policy_of_its_own():
     rendering = render_config({"serveKind": "deployment", "jobWait": True, "seedSource": "https"})
-    (deny,) = [
-        p for p in by_kind(rendering, "NetworkPolicy") if p["metadata"]["name"] == "ddp-mnist-default-deny"
-    ]
+    (deny,) = [p for p in team_policies(rendering) if p["metadata"]["name"] == "ddp-mnist-default-deny"]
     assert deny["spec"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
     # Every pod the stack runs has a policy of its own that lets it do its work.
-    selectors = [
-        p["spec"]["podSelector"]["matchLabels"] for p in by_kind(rendering, "NetworkPolicy") if p is not deny
-    ]
+    selectors = [p["spec"]["podSelector"]["matchLabels"] for p in team_policies(rendering) if p is not deny]
     workloads = [o for o in rendering.objects if o["kind"] in ("Job", "PyTorchJob", "Deployment")]
     assert sorted(w["kind"] for w in workloads) == ["Deployment", "Job", "PyTorchJob"]  # seed, job, server
     for workload in workloads:
@@ -334,6 +336,4 @@ def test_the_namespace_denies_every_pod_without_a_policy_of_its_own():
             pod_labels = template["metadata"]["labels"]
             assert any(all(pod_labels.get(k) == v for k, v in s.items()) for s in selectors), workload["kind"]
     # Without the job's own policy there is no default deny either: the job's pods would reach nothing.
-    assert [
-        p["metadata"]["name"] for p in by_kind(render_config({"jobNetworkPolicy": False}), "NetworkPolicy")
-    ] == []
+    assert [p["metadata"]["name"] for p in team_policies(render_config({"jobNetworkPolicy": False}))] == []

@@ -67,6 +67,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",
         "Secret",
+        "Secret",  # the read-only pair's (minioReadKeysRequired)
         "ServiceAccount",
         "ServiceAccount",
         "NetworkPolicy",

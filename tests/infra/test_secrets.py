@@ -185,3 +185,56 @@ def test_a_half_or_doubled_read_only_pair_is_refused_with_the_key(secrets, plain
     assert str(raised.value).startswith(message)
     for value in secrets.values():
         assert value not in str(raised.value)
+
+
+READERS = {
+    **BASE,
+    "minioEndpoint": "minio.minio.svc:9000",
+    "seedSource": "s3",
+    "jobModelExport": True,
+    "serveKind": "deployment",
+    "serveModelSource": "s3",
+    "jobWait": True,
+    "minioReadKeysRequired": True,
+}
+
+
+def test_read_keys_required_refuses_a_stack_whose_readers_would_hold_the_read_write_keys():
+    from infra.program.checks import ConfigError
+    from infra.program.config import settings_from_raw
+
+    stack = stack_config(READERS, secrets=RW_KEYS)
+    with pytest.raises(ConfigError) as raised:
+        settings_from_raw(stack.values, set(stack.secret_keys))
+    assert str(raised.value) == (
+        "config ddp-mnist:minioReadAccessKey=(unset) is invalid: must be set (with minioReadSecretKey, both "
+        "--secret) or minioReadExistingSecret given when minioReadKeysRequired is true: the seed Job "
+        "(seedSource s3) and the model server (serveModelSource s3) only read the store"
+    )
+    for value in RW_KEYS.values():
+        assert value not in str(raised.value)
+    # Either read-only source satisfies it; so does a stack with no pod that only reads.
+    settings_from_raw(*_raw(stack_config(READERS, secrets={**RW_KEYS, **READ_KEYS})))
+    existing = {**READERS, "createNamespace": False, "minioReadExistingSecret": "s3-reader"}
+    settings_from_raw(*_raw(stack_config(existing, secrets=RW_KEYS)))
+    no_readers = {**READERS, "seedSource": "https", "serveModelSource": "pvc"}
+    settings_from_raw(*_raw(stack_config(no_readers, secrets=RW_KEYS)))
+
+
+def _raw(stack) -> tuple[dict, set]:
+    return stack.values, set(stack.secret_keys)
+
+
+def test_the_shipped_stacks_with_readers_require_the_read_only_pair():
+    """Every shipped job stack with a pod that only reads asks for the read-only pair, so its seed or
+    server never holds the keys that can write (docs/how-to/write-a-stack.md)."""
+    from infra.offline.stackconfig import load_stack, stack_names
+    from infra.program.config import read_only_pods, settings_from_raw
+
+    asked = {}
+    for name in stack_names():
+        stack = load_stack(name)
+        settings, _ = settings_from_raw(stack.values, set(stack.secret_keys))
+        if settings.stack_role == "job" and read_only_pods(settings):
+            asked[name] = settings.minio_read_keys_required
+    assert asked == {"eks-gpu": True, "gke-gpu": True}

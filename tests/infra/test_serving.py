@@ -490,7 +490,10 @@ def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode
     (manifest,) = rendering.external
     found = [(o["kind"], o["metadata"]["name"]) for o in rendering.objects]
     # ...and the Pod Security label guard every platform stack has by default (podSecurityLabelGuard).
-    assert [f for f in found if not f[1].startswith("ddp-mnist-pod-security")] == [("Namespace", "kserve")]
+    assert sorted(f for f in found if not f[1].startswith("ddp-mnist-pod-security")) == [
+        ("Namespace", "kserve"),
+        ("NetworkPolicy", "ddp-mnist-kserve-controller-manager-ingress"),
+    ]
     (transform,) = manifest.transforms  # the transform the program registered with the manifest
 
     def args(type_: str, props: dict[str, Any]) -> pulumi.ResourceTransformArgs:

@@ -20,7 +20,7 @@ from infra.program.checks import ConfigError
 from infra.program.jobs import job_outcome
 from infra.program.trainjob import RESERVED_ENV
 from infra.program.vendored import MANIFESTS
-from tests.infra.conftest import BASE, one, render_config, stack_config
+from tests.infra.conftest import BASE, one, render_config, stack_config, team_policies
 
 # A stack of kind "all" that runs a TrainJob: Trainer v2 installed here, the v1 operator not.
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False}
@@ -322,7 +322,7 @@ def test_a_changed_runtime_replaces_the_trainjob_after_the_install_and_the_netwo
 def test_the_default_master_port_stands_for_the_plugins_29500():
     rendering = _trainjob({"jobNetworkPolicyPeerPorts": "rendezvous-and-ephemeral"})
     assert rendering.settings.job_master_port == 29500
-    policy = next(o for o in rendering.objects if o["kind"] == "NetworkPolicy" and "ingress" in o["spec"])
+    policy = next(o for o in team_policies(rendering) if "ingress" in o["spec"])
     assert {"protocol": "TCP", "port": 29500} in policy["spec"]["ingress"][0]["ports"]
     assert render_config({"jobKind": "indexed-job"}).settings.job_master_port == 23456
 
@@ -419,13 +419,17 @@ def test_the_mirror_keys_cover_both_images_the_overlay_pulls():
 def test_a_platform_stack_may_install_trainer_v2_alone_and_a_job_stack_assumes_it():
     platform = render_config({"stackRole": "platform", "operatorInstall": False, "trainerInstall": True})
     assert [r.parent for r in platform.external] == ["trainer-v2"]
-    # Besides the Pod Security label guard every platform stack has by default (podSecurityLabelGuard).
-    assert [
-        o
+    # Besides the Pod Security label guard every platform stack has by default (podSecurityLabelGuard),
+    # only the two controllers' ingress policies.
+    assert sorted(
+        o["metadata"]["name"]
         for o in platform.objects
         if o["kind"] != "ValidatingAdmissionPolicy"
         and not o["metadata"]["name"].startswith("ddp-mnist-pod-security")
-    ] == []
+    ) == [
+        "ddp-mnist-jobset-controller-manager-ingress",
+        "ddp-mnist-kubeflow-trainer-controller-manager-ingress",
+    ]
     assert platform.outputs["trainerSource"] == str(MANIFESTS / "kubeflow-trainer")
     job = render(load_stack("gke-trainjob"))
     assert job.external == []

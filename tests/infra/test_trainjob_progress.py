@@ -17,7 +17,7 @@ import yaml
 
 from infra.program.trainer_v2 import PROGRESS_GATE, TRAINER_DEPLOYMENT
 from infra.program.vendored import MANIFESTS
-from tests.infra.conftest import render_config
+from tests.infra.conftest import render_config, team_policies
 from tests.infra.test_platform_stack import facts_of, take
 
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False}
@@ -71,7 +71,7 @@ def test_the_gate_is_a_flag_on_the_vendored_controller_only_with_trainer_progres
 
 def egress_to_trainer(values: dict[str, Any]) -> list[dict[str, Any]]:
     rendering = render_config(values)
-    (policy,) = [o for o in rendering.objects if o["kind"] == "NetworkPolicy" and "ingress" in o["spec"]]
+    (policy,) = [o for o in team_policies(rendering) if "ingress" in o["spec"]]
     return [
         rule
         for rule in policy["spec"]["egress"]

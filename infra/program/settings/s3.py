@@ -62,6 +62,15 @@ class S3Settings(SettingsGroup):
         "use the training job's read/write keys.",
     )
 
+    minio_read_keys_required: bool = key(
+        "minioReadKeysRequired",
+        False,
+        "Refuse the stack when a pod that only reads the store (the seed Job with seedSource s3, the "
+        "model server with serveModelSource s3) would hold the read/write keys: set "
+        "minioReadAccessKey/minioReadSecretKey (or minioReadExistingSecret) then. The shipped cloud job "
+        "stacks set it.",
+    )
+
     @field_validator("minio_read_existing_secret")
     @classmethod
     def _read_secret_dns_label(cls, value: str) -> str:
