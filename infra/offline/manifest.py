@@ -12,7 +12,7 @@ import pulumi
 import yaml
 from pulumi.runtime.mocks import MockMonitor
 
-from infra.offline.stackconfig import StackConfig
+from infra.offline.stackconfig import STAND_IN_DIGEST, StackConfig
 from infra.offline.upstream import Install, install_yaml, installs, source_of
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 
@@ -321,6 +321,11 @@ def to_yaml(rendering: Rendering) -> str:
         f"# Stack '{rendering.stack}': every object `pulumi up` creates, rendered offline.",
         "# Secret values are redacted.",
     ]
+    if rendering.settings.job_image.endswith(STAND_IN_DIGEST):
+        header.append(
+            f"# jobImage's digest stands in ({STAND_IN_DIGEST[:15]}...): the stack requires the digest its "
+            "release names (jobImageDigestRequired)."
+        )
     upstream = rendering.upstream
     vendored = {install.registration.name: install.vendored for install in upstream}
     for reg in rendering.external:

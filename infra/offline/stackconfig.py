@@ -13,6 +13,9 @@ from infra.program.settings import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
 SECRET_PLACEHOLDER = "[secret]"
+# What offline tools write for the digest a release names, in a stack that requires one (with_stand_ins).
+STAND_IN_DIGEST = "sha256:" + "0" * 64
+DIGEST_REQUIRED = "when jobImageDigestRequired is true"
 
 
 class StackNotFound(LookupError):
@@ -73,38 +76,49 @@ def load_stack(name: str, root: Path | None = None) -> StackConfig:
         raise StackNotFound(f"stack '{name}': {path}{line} is not valid YAML") from None
     if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
         raise StackNotFound(f"stack '{name}': {path} must hold a `config:` mapping")
-    return with_stand_in_secrets(from_mapping(name, document.get("config") or {}))
+    return with_stand_ins(from_mapping(name, document.get("config") or {}))
 
 
 def with_stand_in_secrets(stack: StackConfig) -> StackConfig:
-    """The stack as it is once its secret keys are set, when only they are missing.
+    """The stack as it is once its secret keys are set, when only they are missing (`with_stand_ins`
+    without the image's digest: what a rehearsal on a cluster may stand in for)."""
+    return with_stand_ins(stack, image=False)
+
+
+def with_stand_ins(stack: StackConfig, image: bool = True) -> StackConfig:
+    """The stack as it is once a user set what only they can, when only that is missing.
 
     A stack file in git carries the S3 key pair only after `pulumi config set --secret minioAccessKey`
     (and `minioSecretKey`; the read-only pair likewise, where minioReadKeysRequired asks for it) has
-    stored it, encrypted for that stack's own secrets provider; the shipped
-    stacks therefore hold none. When the program would refuse a stack for that reason alone, offline
-    tools take the keys as set, with the placeholder a `secure:` value gets: none of them ever needs a
-    secret's value (the local scheduler hands pods its own stand-in's keys).
+    stored it, encrypted for that stack's own secrets provider; the shipped stacks therefore hold none.
+    A stack with jobImageDigestRequired names its image by the digest a release prints, which no stack
+    in git can know before that release. When the program would refuse a stack for these reasons
+    alone, offline tools take them as set: the keys with the placeholder a `secure:` value gets (none of
+    the tools ever needs a secret's value; the local scheduler hands pods its own stand-in's keys), and
+    with `image` the digest STAND_IN_DIGEST, all zeros, which names no image.
     """
     from infra.program.checks import ConfigError
     from infra.program.config import settings_from_raw
     from infra.program.settings import PROJECT
     from infra.program.settings.base import KEY_PAIRS
 
-    wanted = {f"{PROJECT}:{pair[0]}": pair for pair in KEY_PAIRS}  # the read/write pair, the read-only one
-    for _ in KEY_PAIRS:
+    pairs = {f"{PROJECT}:{pair[0]}": pair for pair in KEY_PAIRS}  # the read/write pair, the read-only one
+    image_key = f"{PROJECT}:jobImage"
+    for _ in range(len(KEY_PAIRS) + 1):
         try:
             settings_from_raw(stack.values, set(stack.secret_keys))
         except ConfigError as exc:
-            pair = wanted.pop(exc.key, None)
-            if pair is None or "=(unset) " not in str(exc):
+            pair = pairs.pop(exc.key, None)
+            if pair is not None and "=(unset) " in str(exc):
+                keys = {f"{PROJECT}:{k}" for k in pair}
+                values = {**stack.values, **dict.fromkeys(keys, SECRET_PLACEHOLDER)}
+                stack = StackConfig(stack.name, values, stack.secret_keys | keys)
+            elif image and exc.key == image_key and DIGEST_REQUIRED in str(exc) and image_key in stack.values:
+                values = {**stack.values, image_key: f"{stack.values[image_key]}@{STAND_IN_DIGEST}"}
+                stack = StackConfig(stack.name, values, stack.secret_keys)
+                image = False
+            else:
                 return stack
-            keys = {f"{PROJECT}:{k}" for k in pair}
-            stack = StackConfig(
-                name=stack.name,
-                values={**stack.values, **dict.fromkeys(keys, SECRET_PLACEHOLDER)},
-                secret_keys=stack.secret_keys | keys,
-            )
         else:
             return stack
     return stack

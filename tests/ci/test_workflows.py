@@ -294,6 +294,17 @@ def test_stack_operations_run_in_protected_environments_one_at_a_time():
     assert STACK_JOB["concurrency"]["cancel-in-progress"] == "${{ inputs.command != 'up' }}"
     pulumi = _step("pulumi/actions@", name="pulumi ${{ inputs.command }} --diff (with the policy pack)")
     assert pulumi["with"]["policyPacks"] == "policy" and pulumi["with"]["diff"] is True
+    # Every stack the workflows deploy is a cloud one: the pack runs with the digest rule mandatory
+    # (pulumi/actions v7.0.0 `action.yml`: policyPackConfigs, the config of the pack in policyPacks).
+    assert pulumi["with"]["policyPackConfigs"] == "policy/cloud.json"
+    assert (ROOT / pulumi["with"]["policyPackConfigs"]).is_file()
+    deployed = {
+        entry["stack"]
+        for name in ("pull-request.yml", "deploy.yml")
+        for job in _load(WORKFLOWS / name)["jobs"].values()
+        for entry in (job.get("strategy") or {}).get("matrix", {}).get("include", [])
+    }
+    assert deployed and not deployed & {"dev", "dev-prereqs"}, deployed
 
 
 def test_the_first_run_creates_the_stack():

@@ -104,3 +104,54 @@ def test_a_policy_outside_the_allowed_values_names_the_key():
 )
 def test_pinned_by_digest(image, pinned):
     assert pinned_by_digest(image) is pinned
+
+
+def test_a_stack_that_requires_a_digest_refuses_a_tag_with_one_line():
+    required = {**BASE, "jobImage": TAG, "jobImageDigestRequired": True}
+    stack = stack_config(required)
+    with pytest.raises(ConfigError) as raised:
+        settings_from_raw(stack.values, set(stack.secret_keys))
+    assert str(raised.value) == (
+        f"config ddp-mnist:jobImage={TAG} is invalid: must be named by digest (image:tag@sha256:<64 hex>) "
+        "when jobImageDigestRequired is true: a tag can be re-pushed; set the digest the release names "
+        "(docs/RELEASE.md)"
+    )
+    for image in (f"{TAG}@{DIGEST}", f"ghcr.io/acme/trainer@{DIGEST}"):
+        stack = stack_config({**required, "jobImage": image})
+        settings, _ = settings_from_raw(stack.values, set(stack.secret_keys))
+        assert settings.image_pull_policy == "IfNotPresent"
+    stack = stack_config({**BASE, "jobImage": TAG})  # off by default: a tag is advised, not refused
+    settings_from_raw(stack.values, set(stack.secret_keys))
+
+
+def test_the_shipped_cloud_job_stacks_require_a_digest_and_render_with_a_stand_in_one():
+    """Their file names the release by tag, which `pulumi up` refuses until the user sets the digest its
+    release notes print; offline tools show them with an all-zero digest that names no image."""
+    import yaml
+
+    from infra.offline.manifest import render, to_yaml
+    from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST, from_mapping, load_stack, stack_names
+    from tests.infra.conftest import ROLES
+
+    cloud_jobs = [n for n in stack_names() if ROLES[n] == "job"]
+    assert sorted(cloud_jobs) == ["aks-gpu", "eks-gpu", "gke-gpu", "gke-trainjob"]
+    keys = {f"ddp-mnist:{k}": "[secret]" for k in ("minioAccessKey", "minioSecretKey")}
+    keys |= {f"ddp-mnist:{k}": "[secret]" for k in ("minioReadAccessKey", "minioReadSecretKey")}
+    for name in cloud_jobs:
+        document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())
+        as_written = from_mapping(name, document["config"])
+        with pytest.raises(ConfigError) as raised:  # the keys given, the tag alone is what is refused
+            settings_from_raw({**as_written.values, **keys}, set(keys))
+        assert str(raised.value).startswith(
+            "config ddp-mnist:jobImage=ghcr.io/ddp-mnist/trainer:0.1.0 is invalid"
+        )
+        stack = load_stack(name)
+        assert stack.values["ddp-mnist:jobImageDigestRequired"] == "true"
+        assert stack.values["ddp-mnist:jobImage"] == f"ghcr.io/ddp-mnist/trainer:0.1.0@{STAND_IN_DIGEST}"
+        rendering = render(stack)
+        assert {c["image"] for o in rendering.objects for c in _containers(o)} >= {
+            stack.values["ddp-mnist:jobImage"]
+        }
+        assert "# jobImage's digest stands in (sha256:00000000...): the stack requires" in to_yaml(rendering)
+    dev = load_stack("dev")
+    assert "@" not in dev.values.get("ddp-mnist:jobImage", "ghcr.io/ddp-mnist/trainer:0.1.0")

@@ -3,6 +3,7 @@ feeds them (property proxies), and served by the real pack over the analyzer gRP
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -24,7 +25,7 @@ from pulumi_policy import (  # noqa: E402
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
 
-from infra.offline.stackconfig import ROOT  # noqa: E402
+from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST  # noqa: E402
 from tests.policy.conftest import (  # noqa: E402
     ALL_STACKS,
     STACKS,
@@ -163,9 +164,12 @@ TRAINER = "ghcr.io/ddp-mnist/trainer:0.1.0"
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_trainer_image_by_tag_is_advised_outside_dev(stack):
-    """Every stack names the trainer by tag: advised in each, as itself, except dev."""
+    """The trainer by tag is advised in each stack, as itself, except dev (the stacks that require a
+    digest render with the offline stand-in's, put back to the tag here)."""
     advisory = _policies()["images-by-digest"]
     objects = stack_objects(stack)
+    for obj in objects:
+        _pin(obj, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")
     containers = [
         (t.where, c)
         for o in objects
@@ -194,16 +198,35 @@ def test_a_trainer_image_by_digest_is_not_advised():
     assert [o for o in objects if _violations(advisory, o, stack="gke-gpu")] == []
 
 
-def _pin(value, pinned):
-    """Every container of a rendered object that runs the trainer by tag runs `pinned` instead."""
+def _pin(value, pinned, tagged=TRAINER):
+    """Every container of a rendered object that runs the trainer as `tagged` runs `pinned` instead."""
     if isinstance(value, dict):
-        if value.get("image") == TRAINER:
+        if value.get("image") == tagged:
             value["image"] = pinned
         for child in value.values():
-            _pin(child, pinned)
+            _pin(child, pinned, tagged)
     elif isinstance(value, list):
         for child in value:
-            _pin(child, pinned)
+            _pin(child, pinned, tagged)
+
+
+CLOUD_CONFIG = ROOT / "policy" / "cloud.json"
+
+
+@pytest.mark.parametrize("stack", [s for s in ALL_STACKS if s not in ("dev", "dev-prereqs")])
+def test_with_the_cloud_config_images_by_digest_is_mandatory_and_every_cloud_stack_meets_it(stack):
+    """policy/cloud.json, what the deploy workflows run the pack with, makes the digest rule
+    mandatory; every cloud stack then passes it (its job stacks with the digest they require, here the
+    offline stand-in's), and the same trainer by tag is refused."""
+    config = json.loads(CLOUD_CONFIG.read_text())
+    assert config == {"images-by-digest": "mandatory"}
+    policy = _policies()["images-by-digest"]
+    objects = stack_objects(stack)
+    assert [m for o in objects for m in _violations(policy, o, stack=stack)] == []
+    tagged = [o for o in objects if "@" + STAND_IN_DIGEST in json.dumps(o)]
+    for obj in tagged:
+        _pin(obj, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")
+    assert bool([m for o in tagged for m in _violations(policy, o, stack=stack)]) == bool(tagged)
 
 
 def test_the_stack_comes_from_the_urn():
@@ -311,6 +334,7 @@ def test_the_pack_serves_the_analyzer_protocol():
         assert info.name == crossguard.PACK_NAME
         assert sorted(p.name for p in info.policies) == sorted(_policies())
         job = job_of(stack_objects("eks-gpu"))
+        _pin(job, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")  # by tag, as a stack without the rule
         container = job["spec"]["template"]["spec"]["containers"][0]
         container["env"].append({"name": "HF_TOKEN", "value": "canary-Token-Value-5e4d3c"})
         # Numbers arrive as doubles: a GPU limit written as the number 2 must still be counted.

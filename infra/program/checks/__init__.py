@@ -54,6 +54,7 @@ CHECKS: tuple[Check, ...] = (
     serving.serving,
     tenancy.tenancy,
     s3.external_egress,
+    job.image_digest,
 )
 
 

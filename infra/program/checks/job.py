@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
 from infra.program.settings import Settings, parse_quantity
+from infra.program.settings.base import pinned_by_digest
 
 
 def gpus(s: Settings, _: bool) -> Iterator[ConfigError]:
@@ -90,4 +91,15 @@ def exit_code_retries(s: Settings, _: bool) -> Iterator[ConfigError]:
             0,
             "> 0 with jobRestartPolicy ExitCode: the operator retries retryable exit codes with new pods "
             "and its backoffLimit never counts them, so only a deadline bounds the retries",
+        )
+
+
+def image_digest(s: Settings, _: bool) -> Iterator[ConfigError]:
+    """jobImageDigestRequired: the trainer's image named by its content, not by a tag that can move."""
+    if s.job_image_digest_required and not pinned_by_digest(s.job_image):
+        yield ConfigError(
+            "jobImage",
+            s.job_image,
+            "named by digest (image:tag@sha256:<64 hex>) when jobImageDigestRequired is true: a tag can be "
+            "re-pushed; set the digest the release names (docs/RELEASE.md)",
         )

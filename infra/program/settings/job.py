@@ -47,6 +47,13 @@ class JobSettings(SettingsGroup):
         "model-server and TensorBoard containers run it, and a prerequisites stack's bucket fill; the "
         "default is the release image (docs/RELEASE.md): until one is published, build and set your own.",
     )
+    job_image_digest_required: bool = key(
+        "jobImageDigestRequired",
+        False,
+        "Refuse a jobImage without an @sha256 digest: a tag can be re-pushed, so the same config could run "
+        "other code on the next pod. The shipped cloud job stacks set it; a release's notes name the "
+        "digest to set (docs/RELEASE.md).",
+    )
     job_image_pull_policy: Literal["auto", "IfNotPresent", "Always", "Never"] = key(
         "jobImagePullPolicy",
         "auto",
