@@ -3,7 +3,8 @@
 23. the vendored files are what the pinned modules build now (`make manifests-check` does the same);
     the session's platform stack, which installed the training operator from its module's overlay (what
     upstream's git URL at the tag gives: every platform stack before the manifests were vendored), takes
-    the vendored default: `up` creates, replaces and deletes nothing, every object keeps its URN and
+    the vendored default: `up` replaces and deletes nothing and creates only the operator's ingress
+    policy (derived from the file it now reads), every object keeps its URN and
     every CRD and the operator's Deployment stay the same objects (same uid), the kustomize Directory
     reads infra/manifests/training-operator; a second `up` changes nothing.
 """
@@ -58,9 +59,11 @@ def test_23b_a_platform_stack_moves_from_upstreams_overlay_to_the_vendored_one_i
     set_config(stack, platform["config"])
     result = stack.up(on_output=print, show_secrets=False)
     changed = scenario.changes(result.summary.resource_changes)
-    assert not {"create", "replace", "delete", "create-replacement", "delete-replaced"} & set(changed), (
-        changed
-    )
+    assert not {"replace", "delete", "create-replacement", "delete-replaced"} & set(changed), changed
+    # The one object created: the operator's ingress policy, which the program derives from the file it
+    # now reads (infra/program/operator_ingress.py); it selects the operator's pod alone.
+    assert changed == {"create": 1}, changed
+    assert sorted(scenario.controller_ingress("training-operator", "kubeflow")) == [8080, 9443]
     after = _operator_resources(stack)
     assert set(after) == set(before)  # every URN kept
     # The Directory is a component the provider constructs: the state keeps no inputs for it, and the

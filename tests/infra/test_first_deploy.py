@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from infra.offline.manifest import RecordingMocks, render, run_program
-from infra.offline.stackconfig import ROOT, StackConfig, from_mapping, load_stack
+from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST, StackConfig, from_mapping, load_stack
 from infra.program.checks import ConfigError
 from infra.program.config import settings_from_raw
 from infra.program.settings import PROJECT
@@ -114,7 +114,15 @@ def test_the_offline_stand_in_keys_only_fill_a_gap_the_program_would_refuse():
     without_s3 = [n for n in JOB_STACKS if n not in S3_STACKS]
     assert without_s3
     for name in without_s3:
-        assert load_stack(name) == _stack_file(name)
+        loaded, written = load_stack(name), _stack_file(name)
+        image = "ddp-mnist:jobImage"
+        if written.values.get("ddp-mnist:jobImageDigestRequired") == "true":
+            # The one other stand-in: the digest a release names (tests/infra/test_image_pull_policy.py).
+            assert loaded.values[image] == f"{written.values[image]}@{STAND_IN_DIGEST}"
+            loaded = StackConfig(
+                loaded.name, {**loaded.values, image: written.values[image]}, loaded.secret_keys
+            )
+        assert loaded == written
 
 
 # --- docs/how-to/write-a-stack.md's walkthrough, as written --------------------------------

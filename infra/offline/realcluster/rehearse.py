@@ -10,10 +10,12 @@ project's own stack file (lists stay lists, as the CLI checks them against the p
 file backend of the cluster's own (`<state>/pulumi`), never your real backend. Values stored encrypted
 (`secure:`) cannot be read here: each becomes a placeholder secret, named in one line; `--set` gives a
 key a value instead (the S3 keys are set as secrets, encrypted by the rehearsal backend; a list key takes
-`[a, b]`). The training operator, Trainer v2 (with JobSet) and KServe come from their vendored manifests
-(infra/manifests), and a prerequisites stack's csi-driver-nfs from its vendored chart (infra/charts), as on
-any cluster: nothing is fetched from GitHub. Pods run no process (KWOK completes them), so a
-rehearsal proves what the engine, the API server and the controllers do with the stack, not the
+`[a, b]`). A shipped stack that requires its image by digest (jobImageDigestRequired) names the release by
+tag until a release prints the digest: the rehearsal stands in an all-zero digest, named in one line (no
+image is pulled here). The training operator, Trainer v2 (with JobSet) and KServe come from their
+vendored manifests (infra/manifests), and a prerequisites stack's csi-driver-nfs from its vendored chart
+(infra/charts), as on any cluster: nothing is fetched from GitHub. Pods run no process (KWOK completes
+them), so a rehearsal proves what the engine, the API server and the controllers do with the stack, not the
 training itself (`make run` proves that).
 
 Before the engine runs, what the stack expects to find in the cluster (its platform stack, an existing
@@ -152,6 +154,9 @@ class RehearsalConfig:
     plain: dict[str, Any]  # as the stack file holds them: lists stay lists, written into the stack file
     secrets: dict[str, str] = field(default_factory=dict)  # set through the CLI, encrypted by its backend
     placeholders: list[str] = field(default_factory=list)  # keys whose encrypted values became placeholders
+    # What only a release gives a shipped stack, stood in (the jobImage digest its jobImageDigestRequired
+    # asks for: under KWOK no image is pulled), as `key value`.
+    stand_ins: list[str] = field(default_factory=list)
 
     def values(self) -> dict[str, str]:
         """Every value as the program receives it (a list as JSON)."""
@@ -203,6 +208,10 @@ def rehearsal_config(stack: str, overrides: list[str]) -> RehearsalConfig:
     plain = {key: value for key, value in written.items() if key not in loaded.secret_keys}
     placeholders = sorted(loaded.secret_keys)
     secret = {key: f"rehearsal-{key.split(':')[-1]}" for key in placeholders}
+    image = f"{PROJECT}:jobImage"
+    stand_ins = {}
+    if image in written and loaded.values.get(image) != as_config_string(written[image]):
+        plain[image] = stand_ins[image] = loaded.values[image]
     for entry in overrides:
         key, sep, value = entry.partition("=")
         if not sep or not key:
@@ -218,7 +227,9 @@ def rehearsal_config(stack: str, overrides: list[str]) -> RehearsalConfig:
             secret.pop(full, None)
         if full in placeholders:
             placeholders.remove(full)
-    return RehearsalConfig(name, plain, secret, placeholders)
+        stand_ins.pop(full, None)
+    shown = [f"{key.removeprefix(f'{PROJECT}:')} {value}" for key, value in stand_ins.items()]
+    return RehearsalConfig(name, plain, secret, placeholders, shown)
 
 
 def write_stack_file(work: Path, name: str, plain: dict[str, Any]) -> Path:
@@ -352,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     if config.placeholders:
         names = ", ".join(config.placeholders)
         print(f"rehearse: encrypted values replaced by placeholders: {names} (give one with --set)")
+    for stand_in in config.stand_ins:
+        print(f"rehearse: stood in for what a release gives: {stand_in} (give one with --set)")
     return rehearse(state, config, env, up=args.up)
 
 
