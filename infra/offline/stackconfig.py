@@ -122,3 +122,25 @@ def with_stand_ins(stack: StackConfig, image: bool = True) -> StackConfig:
         else:
             return stack
     return stack
+
+
+def platform_facts(reference: str) -> dict[str, Any]:
+    """The facts a platform stack of this project's stacks/ directory exports, read from its config (what
+    the offline render and the local run use in place of the live stack's `platform` output); raises
+    PlatformMismatch (one line) for a stack it cannot read."""
+    from infra.program.checks import ConfigError
+    from infra.program.config import settings_from_raw
+    from infra.program.platform import PlatformMismatch, facts
+    from infra.program.settings import PROJECT
+
+    parts = reference.split("/")
+    if len(parts) == 3 and parts[1] != PROJECT:
+        raise PlatformMismatch(
+            f"platformStack {reference}: offline, only a stack of project {PROJECT} can be read"
+        )
+    try:
+        stack = load_stack(parts[-1])
+        platform_settings, _ = settings_from_raw(stack.values, set(stack.secret_keys))
+    except (StackNotFound, ConfigError) as exc:
+        raise PlatformMismatch(f"platformStack {reference}: {exc}") from None
+    return facts(platform_settings) or {}

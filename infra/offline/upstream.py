@@ -33,7 +33,7 @@ import yaml
 from infra.program.vendored import Vendored, file_sha256, index
 
 if TYPE_CHECKING:
-    from infra.offline.manifest import Registration
+    from infra.offline.registration import Registration
 
 CRD_KIND = "CustomResourceDefinition"
 

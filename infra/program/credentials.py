@@ -12,11 +12,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.config import S3Credentials
-from infra.program.meta import labels
+from infra.program.meta import ACCESS_KEY_ID, S3_CA_CONFIG_MAP, S3_CA_KEY, SECRET_ACCESS_KEY, labels
 from infra.program.settings import PROJECT, Settings
 
-ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
-SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
 READ_SECRET = f"{PROJECT}-s3-read"
 
 
@@ -92,7 +90,6 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
 def ca_bundle_config_map(settings: Settings, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMap | None:
     """The ConfigMap of minioCaBundle's certificates, which every pod reaching the store mounts."""
     from infra.program.checks.s3 import ca_bundle_text
-    from infra.program.podspec import S3_CA_CONFIG_MAP, S3_CA_KEY
 
     if not (settings.minio_ca_bundle and settings.minio_endpoint):
         return None

@@ -33,10 +33,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.jobs import _field
 from infra.program.meta import labels
+from infra.program.outcome import status_field
 from infra.program.scheduling import GPU_TOLERATION, tolerations
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
+from infra.program.smoke_pod import smoke_pod
 
 core = k8s.core.v1
 NAMESPACE = "kube-system"
@@ -141,7 +142,6 @@ def gpu_job_spec(settings: Settings) -> dict[str, Any]:
     taints (gpuNodeTolerations), never retried; a pod that never starts fails the Job at its deadline
     (DeadlineExceeded)."""
     from infra.program.scheduling import node_selector
-    from infra.program.smoke import smoke_pod  # the smoke check's restricted pod (it imports this module)
 
     template = smoke_pod(settings, "gpu", "echo gpu pod started")
     (container,) = template["spec"]["containers"]
@@ -162,15 +162,15 @@ def gpu_job_spec(settings: Settings) -> dict[str, Any]:
 
 def gpu_smoke_outcome(status: Any, settings: Settings) -> str:
     """The GPU smoke Job's final condition; raises with the likely causes unless it completed."""
-    conditions = [c for c in _field(status, "conditions") or [] if _field(c, "status") == "True"]
-    if "Complete" in {_field(c, "type") for c in conditions}:
+    conditions = [c for c in status_field(status, "conditions") or [] if status_field(c, "status") == "True"]
+    if "Complete" in {status_field(c, "type") for c in conditions}:
         return "Complete"
-    failed = next((c for c in conditions if _field(c, "type") == "Failed"), None)
+    failed = next((c for c in conditions if status_field(c, "type") == "Failed"), None)
     if failed is None:
         return "unknown (not awaited)"
     ns, labels_ = SMOKE_NAMESPACE, ", ".join(settings.gpu_smoke_node_selector)
     events = f"kubectl -n {ns} get events --field-selector involvedObject.name={GPU_JOB_NAME}"
-    reason, message = str(_field(failed, "reason") or ""), str(_field(failed, "message") or "")
+    reason, message = str(status_field(failed, "reason") or ""), str(status_field(failed, "message") or "")
     if reason == "DeadlineExceeded":
         cause = (
             f"no pod asking for one nvidia.com/gpu started within {GPU_DEADLINE_SECONDS}s on nodes labelled "

@@ -17,6 +17,7 @@ from infra.program.meta import (
     JobNames,
     labels,
 )
+from infra.program.outcome import DONE_CONDITION, FAILED_CONDITIONS, job_outcome
 from infra.program.podspec import pod_labels, pod_template, rendezvous_env
 from infra.program.settings import PROJECT, Settings
 
@@ -41,13 +42,6 @@ class JobInputs:
     # How `pulumi up` waits for the run (None: it reads the outcome from the job's recorded status, as
     # under mocks; see run_outcome).
     watch: RunWatch | None = None
-
-
-DONE_CONDITION = {"PyTorchJob": "Succeeded", "Job": "Complete", "TrainJob": "Complete"}
-# A batch/v1 Job that has failed says so first with FailureTarget, then Failed only once every pod has
-# ended (kubernetes v1.33.13 `pkg/controller/job/job_controller.go`: newFailureCondition and
-# delayTerminalCondition; the other pods' grace period can take a minute). Either ends the wait.
-FAILED_CONDITIONS = {"PyTorchJob": ("Failed",), "Job": ("Failed", "FailureTarget"), "TrainJob": ("Failed",)}
 
 
 def wait_annotations(kind: str, timeout_seconds: int) -> dict[str, str]:
@@ -94,27 +88,6 @@ def training_logs(settings: Settings, job: str, follow: bool = True) -> str:
     """`logs_command` for the training job's pods (every node's, and one more: the PyTorchJob Master's
     init or a replaced pod)."""
     return logs_command(settings.namespace, job, settings.job_nodes + 1, follow)
-
-
-def _field(obj: Any, name: str) -> Any:
-    """A field of a status as the provider returns it: a dict (custom resources) or a typed output."""
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def job_outcome(status: Any, kind: str, name: str, logs: str) -> str:
-    """The job's final condition; raises (failing `pulumi up` with one line that ends with the command
-    printing its pods' logs) when it is Failed."""
-    for condition in _field(status, "conditions") or []:
-        if _field(condition, "status") != "True":
-            continue
-        if _field(condition, "type") in FAILED_CONDITIONS[kind]:
-            reason, message = _field(condition, "reason") or "", _field(condition, "message") or ""
-            raise pulumi.RunError(
-                f"{kind} {name} failed ({reason}): {message}".rstrip(": ") + f"; its pods' logs: {logs}"
-            )
-        if _field(condition, "type") == DONE_CONDITION[kind]:
-            return DONE_CONDITION[kind]
-    return "unknown (not awaited)"
 
 
 def failure_gate(job: pulumi.Resource, kind: str, name: str, logs: str) -> pulumi.Output[str]:

@@ -20,6 +20,12 @@ PERMANENT_EXIT_CODES = tuple(range(1, RETRYABLE_FROM))
 STOPPED_WITH_PEERS_EXIT_CODES = (201,)
 DATA_MOUNT = "/data"
 CHECKPOINT_MOUNT = "/checkpoints"
+# The S3 key pair's Secret keys (the names the AWS SDKs read from the environment), and the CA bundle's
+# ConfigMap and key: what the credentials component writes and every pod spec that reaches the store reads.
+ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+S3_CA_CONFIG_MAP = f"{PROJECT}-s3-ca"
+S3_CA_KEY = "ca.crt"
 
 
 def labels(settings: Settings, component: str) -> dict[str, str]:

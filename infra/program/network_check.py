@@ -31,8 +31,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program.jobs import _field, wait_annotations
+from infra.program.jobs import wait_annotations
 from infra.program.meta import labels
+from infra.program.outcome import status_field
 from infra.program.settings import SMOKE_NAMESPACE, Settings
 
 NETWORK_JOB = "network-smoke"  # the Job, and the headless Service that names its pods
@@ -135,13 +136,13 @@ def _open_port() -> list[k8s.networking.v1.NetworkPolicyPortArgs]:
 
 def network_outcome(status: Any, settings: Settings) -> str:
     """The check's final condition; raises (failing `pulumi up` with one line) unless it completed."""
-    conditions = [c for c in _field(status, "conditions") or [] if _field(c, "status") == "True"]
-    if "Complete" in {_field(c, "type") for c in conditions}:
+    conditions = [c for c in status_field(status, "conditions") or [] if status_field(c, "status") == "True"]
+    if "Complete" in {status_field(c, "type") for c in conditions}:
         return "Complete"
-    failed = next((c for c in conditions if _field(c, "type") in ("FailureTarget", "Failed")), None)
+    failed = next((c for c in conditions if status_field(c, "type") in ("FailureTarget", "Failed")), None)
     if failed is None:
         return "unknown (not awaited)"
-    reason, message = str(_field(failed, "reason") or ""), str(_field(failed, "message") or "")
+    reason, message = str(status_field(failed, "reason") or ""), str(status_field(failed, "message") or "")
     code = re.search(r"failed with exit code (\d+)", message)
     exit_code = int(code.group(1)) if code else None
     if exit_code == EXIT_NOT_ENFORCED:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from infra.program.checks import ConfigError, first_violation
+from infra.program.checks import first_violation
 from infra.program.settings import PROJECT, Settings
 
 OUTPUT = "platform"  # the stack output holding the facts
@@ -237,22 +237,3 @@ def take(settings: Settings, found: Any, stack: str, has_keys: bool) -> Settings
 
 def _show(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def offline_facts(reference: str) -> dict[str, Any]:
-    """The facts a platform stack of this project's stacks/ directory exports, read from its config (what
-    the offline render and the local run use in place of the live stack's output)."""
-    from infra.offline.stackconfig import StackNotFound, load_stack
-    from infra.program.config import settings_from_raw
-
-    parts = reference.split("/")
-    if len(parts) == 3 and parts[1] != PROJECT:
-        raise PlatformMismatch(
-            f"platformStack {reference}: offline, only a stack of project {PROJECT} can be read"
-        )
-    try:
-        stack = load_stack(parts[-1])
-        platform_settings, _ = settings_from_raw(stack.values, set(stack.secret_keys))
-    except (StackNotFound, ConfigError) as exc:
-        raise PlatformMismatch(f"platformStack {reference}: {exc}") from None
-    return facts(platform_settings) or {}

@@ -14,8 +14,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program import scheduling
-from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
-from infra.program.meta import CHECKPOINT_MOUNT, CONTAINER, DATA_MOUNT, JOB_LABEL, PORT_NAME, JobNames, labels
+from infra.program.meta import (
+    ACCESS_KEY_ID,
+    CHECKPOINT_MOUNT,
+    CONTAINER,
+    DATA_MOUNT,
+    JOB_LABEL,
+    PORT_NAME,
+    S3_CA_CONFIG_MAP,
+    S3_CA_KEY,
+    SECRET_ACCESS_KEY,
+    JobNames,
+    labels,
+)
 from infra.program.settings import PROJECT, Settings, parse_quantity
 from infra.program.settings.interconnect import extended_resources, host_mounts, split_pair
 
@@ -180,9 +191,7 @@ def s3_env(settings: Settings, secret_name: pulumi.Input[str] | None) -> list[co
     return env
 
 
-S3_CA_CONFIG_MAP = f"{PROJECT}-s3-ca"
 S3_CA_MOUNT = f"/etc/{PROJECT}/s3-ca"
-S3_CA_KEY = "ca.crt"
 
 
 def s3_ca_volumes(settings: Settings) -> tuple[list[core.VolumeArgs], list[core.VolumeMountArgs]]:

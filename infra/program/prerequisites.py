@@ -33,7 +33,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.config import S3Credentials
-from infra.program.credentials import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 from infra.program.jobs import (
     logs_command,
     no_wait_annotations,
@@ -41,7 +40,7 @@ from infra.program.jobs import (
     replace_on_any_change,
     run_outcome,
 )
-from infra.program.meta import JOB_LABEL, labels
+from infra.program.meta import ACCESS_KEY_ID, JOB_LABEL, SECRET_ACCESS_KEY, labels
 from infra.program.podspec import base_env, container_security, pod_security, s3_key_env
 from infra.program.prerequisite_policies import (
     fill_policy_spec,

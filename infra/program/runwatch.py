@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 import pulumi
 
-from infra.program.jobs import DONE_CONDITION, job_outcome
 from infra.program.meta import JOB_LABEL
+from infra.program.outcome import DONE_CONDITION, job_outcome
 from infra.program.placement import Snapshot, claim_names, diagnose, progress
 
 # Where each kind is served: (group/version, plural).

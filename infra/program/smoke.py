@@ -38,13 +38,14 @@ import pulumi_kubernetes as k8s
 
 from infra.program.device_plugin import GPU_JOB_NAME, GPU_WAIT_SECONDS, gpu_job_spec, gpu_smoke_outcome
 from infra.program.isolation import dns_egress
-from infra.program.jobs import CustomResourceWithStatus, _field, wait_annotations
+from infra.program.jobs import CustomResourceWithStatus, wait_annotations
 from infra.program.meta import labels
 from infra.program.network_check import CONTAINER, network_check
 from infra.program.network_check import script as network_script
+from infra.program.outcome import status_field
 from infra.program.settings import PROJECT, SMOKE_NAMESPACE, Settings
+from infra.program.smoke_pod import SMOKE_COMPONENT, smoke_pod
 
-SMOKE_COMPONENT = "smoke-check"
 PYTORCHJOB_NAME = "operator-smoke"
 TRAINJOB_NAME = "trainer-smoke"
 SMOKE_POLICY = "ddp-mnist-smoke"  # its NetworkPolicy: DNS out, nothing else
@@ -52,58 +53,10 @@ MASTER_TRIES = 90  # the Master looks the Worker up every 2 s for at least 3 min
 DEADLINE_SECONDS = 420  # runPolicy.activeDeadlineSeconds: pods that never start fail the job
 WAIT_SECONDS = 600  # pulumi.com/timeoutSeconds: longer than both
 TTL_SECONDS = 600  # the finished job is deleted after this (its pods at once: cleanPodPolicy All)
-UID = 65534  # alpine's `nobody`, as in the operator's restricted init container
 
 # The training operator's condition messages (v1.9.4 pkg/controller.v1/common/job.go).
 BACKOFF_MESSAGE = "reached the specified backoff limit"
 DEADLINE_MESSAGE = "active longer than specified deadline"
-
-
-def _security() -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pod and container securityContext meeting Pod Security 'restricted'."""
-    pod = {
-        "runAsNonRoot": True,
-        "runAsUser": UID,
-        "runAsGroup": UID,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    container = {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-    }
-    return pod, container
-
-
-def smoke_pod(settings: Settings, name: str, script: str, component: str = SMOKE_COMPONENT) -> dict[str, Any]:
-    """A pod template running `sh -c script` in the operator's init image, restricted, tiny, no token."""
-    pod_security, container_security = _security()
-    return {
-        "metadata": {
-            "labels": labels(settings, component),
-            "annotations": {"sidecar.istio.io/inject": "false"},
-        },
-        "spec": {
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "terminationGracePeriodSeconds": 5,
-            "securityContext": pod_security,
-            "containers": [
-                {
-                    "name": name,
-                    "image": settings.operator_init_container_image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["sh", "-c", script],
-                    "resources": {
-                        "requests": {"cpu": "10m", "memory": "16Mi"},
-                        "limits": {"cpu": "100m", "memory": "32Mi"},
-                    },
-                    "securityContext": container_security,
-                }
-            ],
-        },
-    }
 
 
 def master_script(job: str) -> str:
@@ -138,7 +91,7 @@ def pytorchjob_spec(settings: Settings, job: str) -> dict[str, Any]:
 
 
 def _conditions(status: Any) -> list[Any]:
-    return [c for c in _field(status, "conditions") or [] if _field(c, "status") == "True"]
+    return [c for c in status_field(status, "conditions") or [] if status_field(c, "status") == "True"]
 
 
 def smoke_outcome(status: Any, kind: str, name: str, settings: Settings) -> str:
@@ -146,22 +99,22 @@ def smoke_outcome(status: Any, kind: str, name: str, settings: Settings) -> str:
     it succeeded."""
     done = {"PyTorchJob": "Succeeded", "TrainJob": "Complete"}[kind]
     conditions = _conditions(status)
-    types = {_field(c, "type") for c in conditions}
+    types = {status_field(c, "type") for c in conditions}
     if done in types:
         return done
     ns = SMOKE_NAMESPACE
     events = f"kubectl -n {ns} get events --field-selector involvedObject.name={name}"
     image = settings.operator_init_container_image
-    failed = next((c for c in conditions if _field(c, "type") == "Failed"), None)
+    failed = next((c for c in conditions if status_field(c, "type") == "Failed"), None)
     if failed is None:
         # Only under a preview or mocks: the wait ends on Succeeded or Failed, or fails `pulumi up`
         # itself at its timeout.
         return "unknown (not awaited)"
-    message = str(_field(failed, "message") or "")
-    reason = str(_field(failed, "reason") or "")
+    message = str(status_field(failed, "message") or "")
+    reason = str(status_field(failed, "reason") or "")
     prefix = f"smoke check {kind} {ns}/{name} failed"
     if kind == "PyTorchJob":
-        ran = "Running" in {_field(c, "type") for c in _field(status, "conditions") or []}
+        ran = "Running" in {status_field(c, "type") for c in status_field(status, "conditions") or []}
         if DEADLINE_MESSAGE in message and not ran:
             cause = (
                 f"no pod started within {DEADLINE_SECONDS}s: the image {image} is not pullable from the "

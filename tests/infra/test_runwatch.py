@@ -465,7 +465,8 @@ def test_a_job_fails_the_wait_at_its_failure_target_before_its_other_pods_have_e
     """Kubernetes 1.33's Job controller says FailureTarget as soon as a podFailurePolicy rule fails the
     Job, and Failed only once every pod ended: the real node tier waited a peer's grace period (about
     40 s) for it. The wait ends at the first, with the controller's message."""
-    from infra.program.jobs import job_outcome, wait_annotations
+    from infra.program.jobs import wait_annotations
+    from infra.program.outcome import job_outcome
 
     logs = "kubectl -n ns logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     message = "Container pytorch for pod ns/mnist-r1-0-abcde failed with exit code 5 matching FailJob rule"

@@ -17,7 +17,7 @@ from infra.offline.podenv import container_env, node_argv
 from infra.offline.render import DEFAULT_CRD_DIR, JOBSET_CRD, TRAINER_CRDS, validation_errors
 from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
-from infra.program.jobs import job_outcome
+from infra.program.outcome import job_outcome
 from infra.program.trainjob import RESERVED_ENV
 from infra.program.vendored import MANIFESTS
 from tests.infra.conftest import BASE, one, render_config, stack_config, team_policies

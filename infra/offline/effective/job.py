@@ -14,7 +14,7 @@ appended to every init and regular container that does not set it. The API serve
 
 from __future__ import annotations
 
-from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
+from infra.offline.effective.base import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
 
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 FAILURE_COUNT_KEY = "batch.kubernetes.io/job-index-failure-count"

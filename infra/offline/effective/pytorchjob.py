@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
+from infra.offline.effective.base import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
 
 CONTAINER = "pytorch"
 PORT_NAME = "pytorchjob-port"

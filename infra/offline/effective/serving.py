@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 
-from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
+from infra.offline.effective.base import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
 
 HASH = "<hash>"
 ISVC_LABEL = "serving.kserve.io/inferenceservice"

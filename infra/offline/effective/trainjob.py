@@ -36,8 +36,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from infra.offline.effective import Controllers, Effective, EffectivePod, Obj, deriver
 from infra.offline.effective import job as job_controller
+from infra.offline.effective.base import Controllers, Effective, EffectivePod, Obj, deriver
 
 GROUP = "trainer.kubeflow.org"
 ANCESTOR_LABEL = f"{GROUP}/trainjob-ancestor-step"

@@ -20,7 +20,7 @@ from typing import Any
 
 from infra.offline.effective import EffectivePod
 from infra.offline.podenv import container_env, expand
-from infra.program.smoke import SMOKE_COMPONENT
+from infra.program.smoke_pod import SMOKE_COMPONENT
 
 LOCALHOST = "127.0.0.1"
 

@@ -15,8 +15,8 @@ from typing import Any, Literal, cast, get_args, get_origin
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from infra.offline.reference import header
 from infra.offline.reference.markdown import code, slug, table
+from infra.offline.reference.page import header
 from infra.offline.reference.reads import StackRun, shipped_runs
 from infra.program.settings import SECRET_KEYS, Settings, base
 from infra.program.settings.base import SettingsGroup

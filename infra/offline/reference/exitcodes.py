@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from infra.offline.reference import header
 from infra.offline.reference.markdown import cell, code, slug, table
+from infra.offline.reference.page import header
 
 
 @dataclass(frozen=True)

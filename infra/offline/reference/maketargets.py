@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from infra.offline.reference import header
 from infra.offline.reference.markdown import code, table
+from infra.offline.reference.page import header
 from infra.program.settings import PROJECT_ROOT
 
 MAKEFILE = PROJECT_ROOT / "Makefile"

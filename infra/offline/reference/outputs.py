@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from infra.offline.reference import header
 from infra.offline.reference.markdown import code, table
+from infra.offline.reference.page import header
 from infra.program.outputs import OUTPUTS
 
 INTRO = """\

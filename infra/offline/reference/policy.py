@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from infra.offline.reference import header
 from infra.offline.reference.markdown import code, slug, table
+from infra.offline.reference.page import header
 from infra.program.settings import PROJECT_ROOT
 
 POLICY_DIR = PROJECT_ROOT / "policy"

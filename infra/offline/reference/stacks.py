@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from infra.offline.manifest import Rendering, render
-from infra.offline.reference import header
 from infra.offline.reference.markdown import code, table
+from infra.offline.reference.page import header
 from infra.offline.stackconfig import load_stack, stack_names
 from infra.program.settings import PROJECT_ROOT
 
