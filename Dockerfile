@@ -17,7 +17,7 @@
 # BASE_IMAGE is a build argument only so that a machine without that registry can put in a base of its
 # own with the same contract (python and pip on PATH, torch 2.13.0 and numpy installed, getent,
 # groupadd and useradd): the local cluster's real node builds this file on Debian with torch from PyPI
-# (infra/offline/realcluster/node/images.py). Releases build with the default.
+# (infra/localcluster/node/images.py). Releases build with the default.
 ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4
 FROM ${BASE_IMAGE}
 

@@ -58,11 +58,11 @@ deploy-env: ## the program's and the policy pack's environments from hash-checke
 	touch $(POLICY_VENV)/.installed
 
 run: $(VENV)/.installed ## run STACK's training job (default dev) through the local scheduler, no cluster needed
-	$(VENV)/bin/python -m infra.offline.local --stack $(STACK)
+	$(VENV)/bin/python -m infra.local --stack $(STACK)
 
 # Rendering needs the Pulumi program's environment only (no torch): .venv-infra.
 render: $(INFRA_VENV)/.installed ## render STACK's objects offline and validate them (build/rendered/)
-	$(INFRA_VENV)/bin/python -m infra.offline.render --stack $(STACK) --validate
+	$(INFRA_VENV)/bin/python -m infra.review.render --stack $(STACK) --validate
 
 lint: $(VENV)/.installed ## ruff, mypy and the Pulumi.yaml schema check
 	$(VENV)/bin/ruff check .
@@ -111,22 +111,22 @@ e2e: $(VENV)/.installed $(INFRA_VENV)/.installed ## the cluster tier against the
 
 # The local cluster tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK, the
 # training operator, the Pulumi CLI and the Kubernetes provider, each built from its pinned wrapper Go
-# module (infra/offline/realcluster/parts/) into ~/.cache/ddp-mnist (rebuilt only when a pin changes),
+# module (infra/localcluster/parts/) into ~/.cache/ddp-mnist (rebuilt only when a pin changes),
 # run on 127.0.0.1. Needs Go >= 1.26, kubectl and openssl; never part of `run` or `test`.
 cluster-build: $(VENV)/.installed ## build the local cluster's parts from their pinned Go modules
-	$(VENV)/bin/python -m infra.offline.realcluster.build
+	$(VENV)/bin/python -m infra.localcluster.build
 
 cluster-up: $(VENV)/.installed $(INFRA_VENV)/.installed ## start the local cluster (control plane, KWOK nodes, operators) on 127.0.0.1
-	$(VENV)/bin/python -m infra.offline.realcluster up
+	$(VENV)/bin/python -m infra.localcluster up
 
 cluster-down: $(VENV)/.installed ## stop the local cluster and remove its state
-	$(VENV)/bin/python -m infra.offline.realcluster down
+	$(VENV)/bin/python -m infra.localcluster down
 
 # A real preview and up of STACK (a stack of stacks/, or the path of a Pulumi.<name>.yaml of yours) against
 # the running local cluster (`make cluster-up` first); extra arguments in REHEARSE_ARGS (e.g. `--set
 # minioAccessKey=KEY --set minioSecretKey=SECRET`).
 rehearse: $(VENV)/.installed $(INFRA_VENV)/.installed ## a real preview and up of STACK against the running local cluster
-	$(VENV)/bin/python -m infra.offline.realcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
+	$(VENV)/bin/python -m infra.localcluster.rehearse --stack $(STACK) --up $(REHEARSE_ARGS)
 
 # The tests/e2e_local scenarios through the Automation API with the real CLI and a file backend, against a
 # cluster of their own (started and stopped by the tier); the last line gives the target's wall time.
@@ -137,12 +137,12 @@ e2e-local: $(VENV)/.installed $(INFRA_VENV)/.installed $(POLICY_VENV)/.installed
 	echo "make e2e-local: exit $$code after $$(( $$(date +%s) - start )) s"; \
 	exit $$code
 
-# The real node (infra/offline/realcluster/node): a kubelet and kube-proxy at the control plane's pin
+# The real node (infra/localcluster/node): a kubelet and kube-proxy at the control plane's pin
 # with containerd, runc and the CNI plugins from Debian's packages (installed when missing), joined to
 # the running local cluster; its images (pause, CoreDNS, the trainer from our Dockerfile on a Debian
 # base) are built here once and loaded into its containerd. As root; `make cluster-down` stops it too.
 node-up: $(VENV)/.installed ## join a real kubelet node to the running local cluster (as root)
-	$(VENV)/bin/python -m infra.offline.realcluster.node up
+	$(VENV)/bin/python -m infra.localcluster.node up
 
 # The real node tier (tests/e2e_node): a cluster of its own with the real node, our pods in containers;
 # teardown checks that nothing is left on the machine. As root; never part of `run` or `test`.
@@ -172,15 +172,15 @@ golden: $(VENV)/.installed ## rewrite the rendered goldens in tests/golden/
 	UPDATE_GOLDEN=1 $(VENV)/bin/python -m pytest tests/infra/test_stacks.py -q
 
 # The platform's upstream manifests (the training operator, Kubeflow Trainer v2 with JobSet, KServe),
-# vendored in infra/manifests from the pinned Go modules of infra/offline/realcluster/parts/ with their
+# vendored in infra/manifests from the pinned Go modules of infra/localcluster/parts/ with their
 # sha256 in infra/manifests/index.yaml. After raising a pin: `make manifests`, review the diff, then
 # `make golden`. `make manifests-check` compares without writing (exit 1 on a difference). Needs Go and
 # kubectl; never part of `test`, which checks the recorded sums.
 manifests: $(VENV)/.installed ## re-vendor the upstream manifests in infra/manifests from their pinned modules
-	$(VENV)/bin/python -m infra.offline.realcluster.manifests
+	$(VENV)/bin/python -m infra.localcluster.manifests
 
 manifests-check: $(VENV)/.installed ## compare the vendored manifests with their pinned modules, writing nothing
-	$(VENV)/bin/python -m infra.offline.realcluster.manifests --check
+	$(VENV)/bin/python -m infra.localcluster.manifests --check
 
 # The documentation site (mkdocs.yml, docs/): built into site/ with --strict, as tests/docs/test_site.py
 # builds it in `make test`; `make docs-serve` serves it on 127.0.0.1:8000 with live reload.
@@ -194,7 +194,7 @@ schema: $(VENV)/.installed ## write Pulumi.yaml's config schema from the setting
 	$(VENV)/bin/python -m infra.program.schema
 
 reference: $(VENV)/.installed ## write docs/reference/*.md from the code (--check in the tests)
-	$(VENV)/bin/python -m infra.offline.reference
+	$(VENV)/bin/python -m infra.reference
 
 # After changing a pin in pyproject.toml or policy/requirements.txt (or to take newer transitive
 # dependencies): re-resolve the whole closure from the package index into constraints.txt.

@@ -4,7 +4,7 @@ import sys
 from pathlib import Path
 
 # Pulumi runs this directory's __main__.py by path, which puts infra/ itself first on sys.path.
-# Import the program as the `infra` package instead (as the tests and `python -m infra.offline.render` do),
+# Import the program as the `infra` package instead (as the tests and `python -m infra.review.render` do),
 # so module names here can never shadow the standard library.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(_HERE.parent), *(p for p in sys.path if p and Path(p).resolve() != _HERE)]

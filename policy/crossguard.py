@@ -45,7 +45,7 @@ MANIFEST_COMPONENTS = (
     "kubernetes:yaml/v2:ConfigFile",
     "kubernetes:yaml/v2:ConfigGroup",
 )
-DEVICE_PLUGIN = "ddp-mnist:platform:NvidiaDevicePlugin"  # infra/program/device_plugin.py
+DEVICE_PLUGIN = "ddp-mnist:platform:NvidiaDevicePlugin"  # infra/program/platform/device_plugin.py
 # Every policy but shared-claims-read-write-many skips what the platform installs in these namespaces:
 # the Kubeflow training operator's (kubeflow), Kubeflow Trainer v2's and JobSet's (kubeflow-system),
 # KServe's (kserve) and csi-driver-nfs's (kube-system, from its chart, a prerequisites stack's) own

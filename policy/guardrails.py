@@ -47,7 +47,7 @@ from workloads import (
     unread,
 )
 
-from infra.offline.admission import podsecurity
+from infra.review.admission import podsecurity
 
 
 def _quantity(value: object) -> int | str:

@@ -10,7 +10,7 @@ Kinds read (each pod template gets every pod rule):
 - trainer.kubeflow.org (Cluster)TrainingRuntime: its JobSet template's replicatedJobs, the trainer job
   running mlPolicy.numNodes pods;
 - serving.kserve.io InferenceService: its predictor's pod as KServe makes it
-  (`infra.offline.effective.serving`: a storage URI brings the storage-initializer; minReplicas pods).
+  (`infra.review.effective.serving`: a storage URI brings the storage-initializer; minReplicas pods).
 A trainer.kubeflow.org TrainJob makes its pods from its runtime's templates; what it sets itself
 (spec.trainer image, command, args and env; spec.initializer.dataset/model env) is read as containers of
 its own (`trainjob_containers`), and its size comes from spec.trainer or, for what it leaves out, from
@@ -195,7 +195,7 @@ def pod_templates(obj: Obj) -> list[PodTemplate]:
             template(spec.get("template") or {}, where, _count(spec.get("replicas")), None, "spec.template")
         ]
     if is_kind(obj, ["InferenceService"], "serving.kserve.io/"):
-        from infra.offline.effective.serving import predictor_template
+        from infra.review.effective.serving import predictor_template
 
         _, predictor = predictor_template(dict(obj))
         replicas = _count((spec.get("predictor") or {}).get("minReplicas"))

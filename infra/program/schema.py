@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from infra.program.config import field_type_name
+from infra.program.common.config import field_type_name
 from infra.program.settings import PROJECT, PROJECT_ROOT, SECRET_KEYS, Settings
 
 HEADER = (

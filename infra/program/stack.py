@@ -9,30 +9,30 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.program import platform
-from infra.program.budget import NamespaceBudget, has_budget
-from infra.program.config import S3Credentials
-from infra.program.credentials import ObjectStoreCredentials, ca_bundle_config_map
-from infra.program.device_plugin import NvidiaDevicePlugin
-from infra.program.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
-from infra.program.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
-from infra.program.kserve import KServe
-from infra.program.meta import JOB_LABEL, JobNames, job_names, labels
-from infra.program.operator_patch import ExistingOperatorPatch
-from infra.program.podspec import model_export_uri
-from infra.program.seed import DataSeed
-from infra.program.serving import ModelServer, serve_example
+from infra.program.common import platform_facts as platform
+from infra.program.common.config import S3Credentials
+from infra.program.common.credentials import ObjectStoreCredentials, ca_bundle_config_map
+from infra.program.common.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
+from infra.program.common.meta import JOB_LABEL, JobNames, job_names, labels
+from infra.program.job.budget import NamespaceBudget, has_budget
+from infra.program.job.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
+from infra.program.job.podspec import model_export_uri
+from infra.program.job.seed import DataSeed
+from infra.program.job.serving import ModelServer, serve_example
+from infra.program.job.tensorboard import TensorBoard
+from infra.program.job.trainjob import TrainJob
+from infra.program.job.trainjob import status_command as trainjob_status_command
+from infra.program.platform.device_plugin import NvidiaDevicePlugin
+from infra.program.platform.kserve import KServe
+from infra.program.platform.operator_patch import ExistingOperatorPatch
+from infra.program.platform.smoke import SmokeCheck
+from infra.program.platform.tenancy import TeamTenancy
+from infra.program.platform.trainer_v2 import TrainerV2
+from infra.program.platform.training_operator import TrainingOperator
 from infra.program.settings import PROJECT, Settings
-from infra.program.smoke import SmokeCheck
-from infra.program.tenancy import TeamTenancy
-from infra.program.tensorboard import TensorBoard
-from infra.program.trainer_v2 import TrainerV2
-from infra.program.training_operator import TrainingOperator
-from infra.program.trainjob import TrainJob
-from infra.program.trainjob import status_command as trainjob_status_command
 
 if TYPE_CHECKING:
-    from infra.program.runwatch import RunWatch
+    from infra.program.job.runwatch import RunWatch
 
 
 def _namespace(settings: Settings) -> pulumi.Input[str]:
@@ -107,8 +107,8 @@ def priority_classes(settings: Settings) -> list[k8s.scheduling.v1.PriorityClass
 
 
 def facts_after(settings: Settings, smoke: dict[str, pulumi.Input[object]]) -> pulumi.Input[object]:
-    """The stack's platform facts (infra/program/platform.py), exported only once its smoke checks
-    passed: a failed check fails `up` first, so job stacks never read facts of an install that fails
+    """The stack's platform facts (infra/program/common/platform_facts.py), exported only once its smoke
+    checks passed: a failed check fails `up` first, so job stacks never read facts of an install that fails
     its check."""
     found = platform.facts(settings)
     if found is None or not smoke:
@@ -147,12 +147,12 @@ def build(
     """Registers every resource of the stack; returns the stack outputs (no secret among them). `watch`
     is how `pulumi up` waits for the seed and the job (`main` passes one reading the cluster; without,
     as under mocks, the outcomes come from the jobs' recorded status)."""
-    from infra.program.storage import TrainingStorage
+    from infra.program.common.storage import TrainingStorage
 
     if settings.stack_role == "platform":
         return build_platform(settings)
     if settings.stack_role == "prerequisites":
-        from infra.program.prerequisites import build_prerequisites
+        from infra.program.prerequisites.install import build_prerequisites
 
         assert credentials is not None  # checks.prerequisites: the stack's MinIO keys are set
         return build_prerequisites(settings, credentials, watch)
@@ -240,7 +240,7 @@ def build(
     served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
     if settings.serve_kind != "none":
         # Every serving object depends on the job through its outcome: registered only once the training
-        # job succeeded, never after a failed one (infra/program/serving.py says why not a property).
+        # job succeeded, never after a failed one (infra/program/job/serving.py says why not a property).
         server = ModelServer(
             "server",
             settings,
@@ -307,9 +307,9 @@ def main() -> None:
     """The Pulumi program: bad config stops it with one line, before any resource is registered; so do a
     vendored manifest that is not the one infra/manifests/index.yaml records, and a job stack that its
     platform stack (`platformStack`) contradicts."""
-    from infra.program import vendored
     from infra.program.checks import ConfigError
-    from infra.program.config import load_settings
+    from infra.program.common import vendored
+    from infra.program.common.config import load_settings
 
     try:
         settings, credentials = load_settings()
@@ -342,11 +342,11 @@ def main() -> None:
 
 def live_watch(settings: Settings) -> RunWatch | None:
     """The watch `pulumi up` waits for the seed and the job (or a prerequisites stack's bucket fill) with
-    (`infra/program/runwatch.py`), reading the cluster with the provider's kubeconfig and context. In a
+    (`infra/program/job/runwatch.py`), reading the cluster with the provider's kubeconfig and context. In a
     preview it only reads once, and a cluster the preview cannot reach (as the provider previews without
     one) leaves the outcomes to the jobs' recorded status."""
-    from infra.program.kubeapi import KubeConfigError, provider_reader
-    from infra.program.runwatch import RunWatch
+    from infra.program.job.kubeapi import KubeConfigError, provider_reader
+    from infra.program.job.runwatch import RunWatch
 
     if settings.stack_role == "platform":
         return None

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.offline.stackconfig import ROOT, load_stack, stack_names
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
+from infra.stackconfig import ROOT, load_stack, stack_names
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
@@ -473,7 +473,7 @@ def test_pull_requests_render_every_stack_and_diff_against_the_base():
     render = _load(WORKFLOWS / "pull-request.yml")["jobs"]["render"]
     script = "\n".join(s.get("run", "") for s in render["steps"])
     assert "for file in stacks/Pulumi.*.yaml" in script
-    assert "python -m infra.offline.render --stack" in script and "--validate" in script
+    assert "python -m infra.review.render --stack" in script and "--validate" in script
     assert "github.event.pull_request.base.sha" in json.dumps(render)
     assert "diff -ruN build/base build/head" in script
 

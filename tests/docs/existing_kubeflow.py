@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 
 DOC = ROOT / "docs" / "EXISTING-KUBEFLOW.md"
 PATCH_MARKER = "<!-- operator-patch:"

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from infra.offline.local import cli as local_cli
-from infra.offline.reference.policy import policies
-from infra.offline.stackconfig import ROOT, load_stack, stack_names
-from infra.program import podspec
-from infra.program.meta import JobNames
-from infra.program.seed import seed_pod_template
+from infra.local import cli as local_cli
+from infra.program.common.meta import JobNames
+from infra.program.job import podspec
+from infra.program.job.seed import seed_pod_template
 from infra.program.settings import PROJECT, Settings
+from infra.reference.policy import policies
+from infra.stackconfig import ROOT, load_stack, stack_names
 from tests.docs.pages import page, pages, section, table
 
 README = (ROOT / "README.md").read_text()
@@ -190,7 +190,7 @@ def test_every_local_scheduler_flag_is_in_the_tutorials_usage():
 @pytest.mark.slow
 def test_a_failed_seed_job_exits_the_local_scheduler_with_the_code_its_table_gives(tmp_path):
     """The dev stack's seed Job against a real S3 server that rejects its keys: exit 4, no retry."""
-    from infra.offline.local.s3 import local_s3
+    from infra.local.s3 import local_s3
 
     (code,) = [c for c, meaning in local_cli.EXIT_CODE_MEANINGS.items() if "seed" in meaning]
     with local_s3(tmp_path / "s3") as s3:
@@ -223,7 +223,7 @@ def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other
     """The CI page's list names exactly the resources of the rendered deployer Role and reader
     ClusterRole, the writable ones as writable (tests/infra/test_tenancy.py checks those cover what
     every job stack creates)."""
-    from infra.offline.manifest import render
+    from infra.review.manifest import render
 
     role = JOB_DEPLOYER.search(section(page("docs/how-to/ci.md"), "Identities per environment"))
     assert role, "docs/how-to/ci.md: no ddp-mnist-job-deployer list"
@@ -282,7 +282,7 @@ def test_a_version_quoted_as_our_pin_is_pyprojects_pin():
 
 
 def test_the_pulumi_cli_version_the_docs_name_is_one_a_workflow_or_the_tier_runs():
-    from infra.offline.realcluster.parts import PULUMI_VERSION
+    from infra.localcluster.parts import PULUMI_VERSION
 
     workflows = "\n".join(p.read_text() for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     run = set(re.findall(r"pulumi-version: (\d+\.\d+\.\d+)", workflows)) | {PULUMI_VERSION}
@@ -292,7 +292,7 @@ def test_the_pulumi_cli_version_the_docs_name_is_one_a_workflow_or_the_tier_runs
 
 
 def _created_classes(stack: str) -> set[str]:
-    from infra.offline.manifest import render
+    from infra.review.manifest import render
 
     return {o["metadata"]["name"] for o in render(load_stack(stack)).objects if o["kind"] == "StorageClass"}
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 
-from infra.offline.effective.pytorchjob import render_init_containers
-from infra.offline.stackconfig import ROOT
-from infra.program.operator_patch import FIELD_MANAGER, patch_manifest
+from infra.program.platform.operator_patch import FIELD_MANAGER, patch_manifest
+from infra.program.platform.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
 from infra.program.settings import OPERATOR_INIT_IMAGE, Settings
-from infra.program.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
+from infra.review.effective.pytorchjob import render_init_containers
+from infra.stackconfig import ROOT
 from tests.docs.existing_kubeflow import DOC, recipe_patch, recipe_undo
 
 DEFAULTS = Settings.model_validate({})

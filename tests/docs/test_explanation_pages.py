@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 
 PAGES = ("docs/ENGINE.md", "docs/ADMISSION.md")
 LONGEST_LINE = 400

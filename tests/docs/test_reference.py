@@ -1,4 +1,4 @@
-"""The generated reference (docs/reference/, `python -m infra.offline.reference`) is current, and what it
+"""The generated reference (docs/reference/, `python -m infra.reference`) is current, and what it
 is generated from is complete: every command's exit-code table covers what its `main` returns and is
 what its `--help` lists; every output a shipped stack exports is registered; every Make target says what
 it does."""
@@ -14,18 +14,19 @@ from typing import Any
 
 import pytest
 
-from infra.offline import reference, render
-from infra.offline.local import cli as local_cli
-from infra.offline.realcluster import __main__ as realcluster
-from infra.offline.realcluster import rehearse as rehearse_cli
-from infra.offline.realcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO
-from infra.offline.realcluster.node import __main__ as real_node_cli
-from infra.offline.reference import __main__ as reference_cli
-from infra.offline.reference import exitcodes, maketargets
-from infra.offline.reference.reads import run_stack, shipped_runs
-from infra.offline.stackconfig import StackConfig, from_mapping, load_stack
-from infra.program.outputs import OUTPUTS, outputs_of
+from infra import reference
+from infra.local import cli as local_cli
+from infra.localcluster import __main__ as realcluster
+from infra.localcluster import rehearse as rehearse_cli
+from infra.localcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO
+from infra.localcluster.node import __main__ as real_node_cli
+from infra.program.common.outputs import OUTPUTS, outputs_of
 from infra.program.settings import PROJECT
+from infra.reference import __main__ as reference_cli
+from infra.reference import exitcodes, maketargets
+from infra.reference.reads import run_stack, shipped_runs
+from infra.review import render
+from infra.stackconfig import StackConfig, from_mapping, load_stack
 from trainer import cli as trainer_cli
 from trainer import errors, seed
 from trainer.serve import cli as serve_cli
@@ -51,7 +52,7 @@ def test_check_names_the_stale_page_and_the_command_and_exits_1(generated, tmp_p
     monkeypatch.setattr(reference_cli, "out_of_date", lambda: [reference.REFERENCE_DIR / "policy.md"])
     assert reference_cli.main(["--check"]) == reference_cli.EXIT_STALE
     assert capsys.readouterr().err == (
-        "reference: docs/reference/policy.md is out of date; run python -m infra.offline.reference\n"
+        "reference: docs/reference/policy.md is out of date; run python -m infra.reference\n"
     )
 
 

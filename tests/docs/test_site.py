@@ -52,7 +52,7 @@ def test_the_site_builds_strict(tmp_path):
     search = (tmp_path / "site" / "search" / "search_index.json").read_text()
     assert "tutorials/first-deploy/" in search and "explanation/retry-rule/" in search
     # A newcomer finds every key and every output from the site's search.
-    from infra.program.outputs import OUTPUTS
+    from infra.program.common.outputs import OUTPUTS
     from infra.program.settings import SECRET_KEYS, Settings
 
     names = [f.alias for f in Settings.model_fields.values()] + list(SECRET_KEYS) + list(OUTPUTS)
@@ -232,8 +232,8 @@ def test_every_tutorial_command_is_one_the_project_has():
     [
         (["make", "run"], None),
         (["make", "deploy-everything"], "no make target ['deploy-everything']"),
-        (["python", "-m", "infra.offline.local", "--stack", "dev"], None),
-        (["python", "-m", "infra.offline.nothing"], "no module infra.offline.nothing"),
+        (["python", "-m", "infra.local", "--stack", "dev"], None),
+        (["python", "-m", "infra.nothing"], "no module infra.nothing"),
         (["terraform", "apply"], "terraform is not a command the project has or an allowed tool"),
         (["kubectl", "get", "pods"], None),
     ],
@@ -274,8 +274,8 @@ def test_the_paragraph_reader_counts_prose_not_lists_or_code():
 def test_the_tutorials_cluster_is_the_version_the_stacks_target_and_the_kind_workflow_pins():
     """kind's node image is the e2e-kind workflow's, by digest; minikube's version is the same; both are
     the `kubernetesVersion` the dev stacks target."""
-    from infra.offline.stackconfig import load_stack
     from infra.program.settings import PROJECT
+    from infra.stackconfig import load_stack
 
     lines = [" ".join(argv) for name, argv in tutorial_commands() if name == "first-deploy.md"]
     (kind,) = [line for line in lines if line.startswith("kind create cluster")]

@@ -11,20 +11,12 @@ import re
 
 import pytest
 
-from infra.offline.stackconfig import ROOT
-from infra.program import (
-    checks,
-    config,
-    device_plugin,
-    kserve,
-    network_check,
-    placement,
-    platform,
-    runwatch,
-    scheduling,
-    smoke,
-)
+from infra.program import checks
 from infra.program import settings as settings_package
+from infra.program.common import config, platform_facts, scheduling
+from infra.program.job import placement, runwatch
+from infra.program.platform import device_plugin, kserve, network_check, smoke
+from infra.stackconfig import ROOT
 from tests.docs.messages import HOLE, Message, calls, canonical, config_errors, raised, template
 from trainer import errors, export, launch, mirrors, s3
 
@@ -201,13 +193,13 @@ def platform_messages() -> list[Message]:
     """Every line a job stack stops with when its platform stack disagrees: the PlatformMismatch
     raises, and the needs `take` puts after "stack <stack> " (`_needs`'s returned texts)."""
     found = [
-        Message(platform.__name__, function, canonical(template(node.args[0], names)))
-        for function, node, names in calls(platform, "PlatformMismatch", 0)
+        Message(platform_facts.__name__, function, canonical(template(node.args[0], names)))
+        for function, node, names in calls(platform_facts, "PlatformMismatch", 0)
         if ".format(" not in ast.unparse(node.args[0])  # "stack {stack} " + a need: read below
     ]
-    tree = ast.parse(inspect.getsource(platform._needs))
+    tree = ast.parse(inspect.getsource(platform_facts._needs))
     needs = [
-        Message(platform.__name__, "_needs", canonical("stack {} " + template(node.value, {})))
+        Message(platform_facts.__name__, "_needs", canonical("stack {} " + template(node.value, {})))
         for node in ast.walk(tree)
         if isinstance(node, ast.Return)
         and not (isinstance(node.value, ast.Constant) and node.value.value is None)

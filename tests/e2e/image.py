@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 
 REPOSITORY = "ddp-mnist/trainer"
 

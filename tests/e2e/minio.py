@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import boto3
 
-from infra.offline.local.ports import free_port
+from infra.local.ports import free_port
 from tests.e2e.fixtures.cluster import MINIO_NAMESPACE
 
 

@@ -1,12 +1,12 @@
 """The offline model of a stack under test: its rendered objects and the pods the controllers create
-from them (infra/offline/effective through infra/offline/cluster.py), to compare with the live ones."""
+from them (infra/review/effective through infra/review/cluster.py), to compare with the live ones."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from infra.offline.cluster import ClusterView, cluster_view
-from infra.offline.manifest import Rendering, render
+from infra.review.cluster import ClusterView, cluster_view
+from infra.review.manifest import Rendering, render
 from tests.e2e.stacks import as_stack
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pulumi import automation as auto
 
-from infra.offline.stackconfig import ROOT, project_file
+from infra.stackconfig import ROOT, project_file
 from tests.e2e.stacks import SECRET_KEYS
 
 PULUMI_VERSION = "3.272.0"

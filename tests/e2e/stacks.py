@@ -12,7 +12,7 @@ object.
 
 from __future__ import annotations
 
-from infra.offline.stackconfig import StackConfig, from_mapping, load_stack
+from infra.stackconfig import StackConfig, from_mapping, load_stack
 
 PROJECT = "ddp-mnist"
 SECRET_KEYS = frozenset({f"{PROJECT}:minioAccessKey", f"{PROJECT}:minioSecretKey"})

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.realcluster import build, cluster
-from infra.offline.realcluster.rehearse import engine_environment
+from infra.localcluster import build, cluster
+from infra.localcluster.rehearse import engine_environment
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario

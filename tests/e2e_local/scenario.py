@@ -20,10 +20,10 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from infra.offline.realcluster import fleet, sources
-from infra.offline.realcluster.build import module_dir
-from infra.offline.realcluster.parts import PARTS
-from infra.program.meta import JOB_LABEL
+from infra.localcluster import fleet, sources
+from infra.localcluster.build import module_dir
+from infra.localcluster.parts import PARTS
+from infra.program.common.meta import JOB_LABEL
 from tests.e2e import judge, live
 from tests.e2e.project import Backend, program_stack, set_config
 from tests.e2e.stacks import job_config
@@ -62,8 +62,8 @@ def as_declared(config: dict[str, str], facts: Mapping[str, Any]) -> dict[str, s
     """A job stack's config that names its platform stack, as the offline model reads it: without
     `platformStack`, and the declarations that stack's facts (its live `platform` output) decide set
     to what they decide."""
-    from infra.program import platform
-    from infra.program.config import settings_from_raw
+    from infra.program.common import platform_facts as platform
+    from infra.program.common.config import settings_from_raw
     from tests.e2e.stacks import as_stack
 
     stack = as_stack("model", config)

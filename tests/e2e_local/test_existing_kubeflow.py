@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from infra.offline.effective.pytorchjob import render_init_containers
-from infra.offline.realcluster import sources
-from infra.program.operator_patch import FIELD_MANAGER
+from infra.localcluster import sources
+from infra.program.platform.operator_patch import FIELD_MANAGER
+from infra.program.platform.smoke import pytorchjob_spec
+from infra.program.platform.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
 from infra.program.settings import OPERATOR_INIT_IMAGE, Settings
-from infra.program.smoke import pytorchjob_spec
-from infra.program.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
+from infra.review.effective.pytorchjob import render_init_containers
 from tests.docs.existing_kubeflow import recipe_patch, recipe_undo
 from tests.e2e import judge, live
 from tests.e2e.project import Backend

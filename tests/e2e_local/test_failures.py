@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.program.meta import JOB_LABEL
+from infra.program.common.meta import JOB_LABEL
 from tests.e2e import judge, live
 from tests.e2e.model import modelled, modelled_pod
 from tests.e2e.project import Backend, set_config
@@ -84,7 +84,7 @@ def test_8_an_indexed_job_not_awaited_is_replaced_without_already_exists(
 
 def _the_job_controllers_pods_equal_the_model(config: dict[str, str]) -> None:
     """Scenario 5's comparison for the Indexed Job: each completion's pod as the Job controller created
-    it and the API server admitted it, field by field for what infra/offline/effective sets."""
+    it and the API server admitted it, field by field for what infra/review/effective sets."""
     view = modelled("local-indexed", config)
     assert view.admission.refusals == []
     for index in range(int(config["ddp-mnist:jobNodes"])):

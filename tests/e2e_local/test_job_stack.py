@@ -17,7 +17,7 @@ against the real engine, API server, controllers and training operator, in this 
 4. an edit of the job: the preview replaces the PyTorchJob and nothing else; a new `jobRunId`: the
    preview updates the model server, never replaces it;
 5. the pods the real operator and Job controller created, as the API server admitted them, equal the
-   offline model's (infra/offline/effective) field by field for what it covers;
+   offline model's (infra/review/effective) field by field for what it covers;
 6. destroy keeps the checkpoint claim and its namespace and deletes the data claim; the checkpoint
    volume stays Bound to its claim; the data claim's volume is then deleted by the tier's provisioner
    stand-in (supervisor.py, in csi-driver-nfs's external-provisioner's place: a check of the stand-in,
@@ -38,8 +38,8 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.stackconfig import load_stack
 from infra.program.settings.base import parse_quantity
+from infra.stackconfig import load_stack
 from tests.e2e import judge, live
 from tests.e2e.model import modelled, modelled_pod
 from tests.e2e.project import Backend, set_config
@@ -59,7 +59,7 @@ QUOTA_CPU, QUOTA_MEMORY = "8", "12Gi"
 # seed's and the job's pods have ended, and a ResourceQuota counts no pod in a terminal phase.
 QUOTA_USED = {"requests.cpu": "600m", "requests.memory": "768Mi"}
 PLATFORM_STACK = "local-platform"  # the session's platform stack (conftest.py)
-NFS_PORT = 2049  # the NFS server's Service port (infra/program/prerequisites.py, NFS_PORTS)
+NFS_PORT = 2049  # the NFS server's Service port (infra/program/prerequisites/install.py, NFS_PORTS)
 SERVER_KINDS = (
     "kubernetes:apps/v1:Deployment",
     "kubernetes:core/v1:Service",
@@ -145,9 +145,9 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     assert facts["operator"]["version"] == "v1.9.4"
     assert facts["priorityClasses"] == [scenario.PRIORITY_CLASS]
     assert live.get("priorityclass", scenario.PRIORITY_CLASS)["value"] == scenario.PRIORITY
-    # `up` awaited the smoke PyTorchJob (infra/program/smoke.py; a failed one fails `up` itself). Its pods
-    # run no script here: `Succeeded` shows that the operator's Master and Worker (with the restricted init
-    # container) were admitted in the restricted namespace and that the operator ended the job once a
+    # `up` awaited the smoke PyTorchJob (infra/program/platform/smoke.py; a failed one fails `up` itself). Its
+    # pods run no script here: `Succeeded` shows that the operator's Master and Worker (with the restricted
+    # init container) were admitted in the restricted namespace and that the operator ended the job once a
     # KWOK stage completed the Master. No Trainer v2 in this shape, so no TrainJob check.
     assert outputs["operatorSmokeCheck"] == "Succeeded"
     assert "trainerSmokeCheck" not in outputs

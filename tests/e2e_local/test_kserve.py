@@ -1,6 +1,6 @@
 """KServe, with the real engine, API server, controllers and KServe v0.20.0's controller (its release
 manifest vendored in infra/manifests, the stack's default); cert-manager's API is real,
-its issuing and CA injection are the tier's stand-in (infra/offline/realcluster/certmanager.py), not
+its issuing and CA injection are the tier's stand-in (infra/localcluster/certmanager.py), not
 cert-manager:
 
 13. the platform stack, updated with `kserveInstall`, applies KServe's manifest less the components the

@@ -8,7 +8,7 @@
     test_trainjob.py (it needs Trainer v2 installed).
 
 The exit codes are not the trainer's here: no kubelet and no trainer run under KWOK. A KWOK stage
-(infra/offline/realcluster/fleet.py, `sigterm_stage`) writes exit 143 on the evicted pod, what the
+(infra/localcluster/fleet.py, `sigterm_stage`) writes exit 143 on the evicted pod, what the
 kubelet would report once the trainer ends on SIGTERM after its checkpoint; the test labels the peer
 and another stage (`failure_stage`) writes exit 201, the trainer's code once the ranks agreed to stop.
 What is real is the Job controller's and the training operator's reaction to those codes.

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster import cluster, kueue
+from infra.localcluster import cluster, kueue
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config

@@ -1,5 +1,5 @@
 """`make rehearse` for every shipped stack, and for an on-prem job stack, through the command itself
-(`python -m infra.offline.realcluster.rehearse`) with the real CLI, engine and provider:
+(`python -m infra.localcluster.rehearse`) with the real CLI, engine and provider:
 
 26. every stacks/Pulumi.*.yaml rehearses: each cloud's platform stack (and dev-prereqs) with `--up`
     first, its list values (team namespaces, PriorityClasses, the GPU smoke check's node selector)
@@ -32,9 +32,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.offline.realcluster import cluster, kueue
-from infra.offline.realcluster.rehearse import EXIT_FAILED, EXIT_MISSING, rehearsal_config
-from infra.offline.stackconfig import ROOT, stack_names
+from infra.localcluster import cluster, kueue
+from infra.localcluster.rehearse import EXIT_FAILED, EXIT_MISSING, rehearsal_config
+from infra.stackconfig import ROOT, stack_names
 from tests.e2e_local import scenario
 
 pytestmark = pytest.mark.e2e_local
@@ -66,7 +66,7 @@ def own_cluster(directory: Path) -> Iterator[cluster.State]:
 
 def rehearse(state: cluster.State, stack: str, *flags: str) -> subprocess.CompletedProcess[str]:
     """`make rehearse`'s command against `state`'s cluster; its output shown in the test's report."""
-    argv = ["-m", "infra.offline.realcluster.rehearse", "--stack", stack, "--state", str(state.directory)]
+    argv = ["-m", "infra.localcluster.rehearse", "--stack", stack, "--state", str(state.directory)]
     done = subprocess.run(
         [sys.executable, *argv, *flags], cwd=ROOT, capture_output=True, text=True, timeout=900, check=False
     )

@@ -29,9 +29,9 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from infra.offline.realcluster import components, pki
-from infra.offline.realcluster.cluster import State
-from infra.offline.stackconfig import load_stack
+from infra.localcluster import components, pki
+from infra.localcluster.cluster import State
+from infra.stackconfig import load_stack
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config

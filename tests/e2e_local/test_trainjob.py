@@ -11,7 +11,7 @@ v2.3.0 (their manifests vendored in infra/manifests, the stack's default):
 25. (the TrainJob's case of test_preemption.py) a node pod evicted through the API, which a KWOK stage
     then ends with exit 143, and its peer, which another stage ends with exit 201 once the test labels
     it (both codes written by the stages and the test in the kubelet's and the trainer's place,
-    infra/offline/realcluster/fleet.py): what is real is the reaction, both pods replaced by the
+    infra/localcluster/fleet.py): what is real is the reaction, both pods replaced by the
     JobSet's Job, whose podFailurePolicy ignores them: no failure counted, no JobSet restart, and the
     TrainJob completes;
 19. the policy pack (`--policy-pack policy`, the real CLI) passes the platform stack in gke-platform's
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 from tests.e2e import judge, live
 from tests.e2e.model import modelled
 from tests.e2e.project import Backend
@@ -59,7 +59,7 @@ def test_11_a_platform_stack_installs_trainer_v2_and_jobset(platform_v2: dict) -
     changed = scenario.changes(platform_v2["result"].summary.resource_changes)
     assert "replace" not in changed and "delete" not in changed, changed
     outputs = platform_v2["outputs"]
-    # `up` awaited both smoke jobs (infra/program/smoke.py; a failed one fails `up` itself).
+    # `up` awaited both smoke jobs (infra/program/platform/smoke.py; a failed one fails `up` itself).
     assert outputs["operatorSmokeCheck"] == "Succeeded"
     assert outputs["trainerSmokeCheck"] == "Complete"
     for crd in ("trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"):

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.ports import free_port
-from infra.offline.realcluster import cluster
-from infra.program.trainer_v2 import PROGRESS_GATE, STATUS_SERVER_PORT
+from infra.local.ports import free_port
+from infra.localcluster import cluster
+from infra.program.platform.trainer_v2 import PROGRESS_GATE, STATUS_SERVER_PORT
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario

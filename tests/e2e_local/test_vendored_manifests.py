@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster import manifests
-from infra.program.vendored import TRAINING_OPERATOR, vendored
+from infra.localcluster import manifests
+from infra.program.common.vendored import TRAINING_OPERATOR, vendored
 from tests.e2e import live
 from tests.e2e.project import set_config
 from tests.e2e_local import scenario
@@ -61,7 +61,7 @@ def test_23b_a_platform_stack_moves_from_upstreams_overlay_to_the_vendored_one_i
     changed = scenario.changes(result.summary.resource_changes)
     assert not {"replace", "delete", "create-replacement", "delete-replaced"} & set(changed), changed
     # The one object created: the operator's ingress policy, which the program derives from the file it
-    # now reads (infra/program/operator_ingress.py); it selects the operator's pod alone.
+    # now reads (infra/program/platform/operator_ingress.py); it selects the operator's pod alone.
     assert changed == {"create": 1}, changed
     assert sorted(scenario.controller_ingress("training-operator", "kubeflow")) == [8080, 9443]
     after = _operator_resources(stack)

@@ -1,5 +1,5 @@
 """The real node tier's session: the local cluster (tests/e2e_local's control plane, KWOK's fake nodes)
-with a real kubelet node joined to it (infra/offline/realcluster/node), the real Pulumi CLI and a file
+with a real kubelet node joined to it (infra/localcluster/node), the real Pulumi CLI and a file
 backend.
 
 The tier runs as root (it installs Debian packages, makes an interface and runs containers) and stops
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.realcluster import build, cluster
-from infra.offline.realcluster.node import host, mirror
-from infra.offline.realcluster.node import node as real_node
-from infra.offline.realcluster.node.config import NODE_LABEL, NODE_NAME, NODE_TAINT
+from infra.localcluster import build, cluster
+from infra.localcluster.node import host, mirror
+from infra.localcluster.node import node as real_node
+from infra.localcluster.node.config import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e.stacks import job_config

@@ -18,8 +18,8 @@ import boto3
 import numpy as np
 import tritonclient.http as triton
 
-from infra.offline.realcluster.node.config import NODE_NAME
-from infra.offline.realcluster.node.mirror import FILES
+from infra.localcluster.node.config import NODE_NAME
+from infra.localcluster.node.mirror import FILES
 from tests.e2e import live
 from tests.e2e_local import scenario
 from tests.e2e_node.conftest import MNIST, place_on_the_node

@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from infra.offline.realcluster.node.config import NODE_IP, NODE_LABEL, NODE_NAME, NODE_TAINT
-from infra.offline.realcluster.parts import KUBERNETES_VERSION
+from infra.localcluster.node.config import NODE_IP, NODE_LABEL, NODE_NAME, NODE_TAINT
+from infra.localcluster.parts import KUBERNETES_VERSION
 from tests.e2e import live
 
 pytestmark = pytest.mark.e2e_node

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.program.meta import JOB_LABEL
+from infra.program.common.meta import JOB_LABEL
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario

@@ -3,7 +3,7 @@ not have and cannot pull, and a checkpoint volume the trainer's uid cannot write
 trainer checked it at start, trained a whole epoch and then died with a traceback, exit 1).
 
 `jobPlacementTimeoutSeconds` bounds how long `up` waits on a container that cannot start
-(infra/program/placement.py); the node's kubelet and containerd say why.
+(infra/program/job/placement.py); the node's kubelet and containerd say why.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A Kubeflow Trainer v2 TrainJob trains for real on the node: the platform stack installs Trainer v2.3.0
-and JobSet v0.12.0 (their controllers run as the tier's local processes, infra/offline/realcluster/
+and JobSet v0.12.0 (their controllers run as the tier's local processes, infra/localcluster/
 operators.py), the real Trainer controller makes the JobSet, JobSet its Job and headless Service, and the
 Job's two pods run our trainer image on the real node: the torch plugin's PET_MASTER_ADDR,
 `<trainjob>-node-0-0.<trainjob>`, resolves through CoreDNS, and they reach 99% over gloo.
@@ -16,8 +16,14 @@ import pulumi
 import pytest
 from pulumi import automation as auto
 
-from infra.offline.realcluster.node.config import NODE_NAME
-from infra.program.network_check import CLOSED_PORT, INDEX_LABEL, JOB_LABEL, NETWORK_JOB, network_outcome
+from infra.localcluster.node.config import NODE_NAME
+from infra.program.platform.network_check import (
+    CLOSED_PORT,
+    INDEX_LABEL,
+    JOB_LABEL,
+    NETWORK_JOB,
+    network_outcome,
+)
 from infra.program.settings import SMOKE_NAMESPACE, Settings
 from tests.e2e import judge, live
 from tests.e2e.project import Backend

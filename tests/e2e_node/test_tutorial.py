@@ -39,10 +39,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.realcluster import cluster
-from infra.offline.realcluster.node import images as node_images_module
-from infra.offline.realcluster.node import node as real_node
-from infra.offline.realcluster.node.storage import STORAGE_CLASS
+from infra.localcluster import cluster
+from infra.localcluster.node import images as node_images_module
+from infra.localcluster.node import node as real_node
+from infra.localcluster.node.storage import STORAGE_CLASS
 from infra.program.settings import SMOKE_NAMESPACE
 from tests.docs.pages import shell_blocks
 from tests.e2e import live

@@ -21,14 +21,14 @@ import pulumi
 import pytest
 import yaml
 
-from infra.offline.admission import Namespace, admit
-from infra.offline.crd import crd_validator
-from infra.offline.effective import EffectivePod
-from infra.offline.manifest import RecordingMocks, _RecordingMonitor, normalise
-from infra.offline.render import is_builtin, unchecked_kinds, validation_errors
-from infra.offline.stackconfig import ROOT
 from infra.program.settings import PROJECT_ROOT
 from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
+from infra.review.admission import Namespace, admit
+from infra.review.crd import crd_validator
+from infra.review.effective import EffectivePod
+from infra.review.manifest import RecordingMocks, _RecordingMonitor, normalise
+from infra.review.render import is_builtin, unchecked_kinds, validation_errors
+from infra.stackconfig import ROOT
 from tests import conftest as root_conftest
 from tests.e2e import judge, live, project
 from tests.e2e.fixtures import cluster

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.offline.manifest import Rendering, render
-from infra.offline.stackconfig import StackConfig, from_mapping, load_stack, stack_names
 from infra.program.settings import PROJECT
+from infra.review.manifest import Rendering, render
+from infra.stackconfig import StackConfig, from_mapping, load_stack, stack_names
 
 # Stacks that run a training job (a platform stack only installs the cluster-level operator, a
 # prerequisites stack what a bare dev cluster lacks).

@@ -9,7 +9,7 @@ from importlib import import_module
 import pytest
 
 import infra.program.checks as checks
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
 from infra.program.settings import PROJECT
 
 

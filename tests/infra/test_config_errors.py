@@ -7,9 +7,9 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from infra.offline.manifest import RecordingMocks, run_program
 from infra.program.checks import ConfigError
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
+from infra.review.manifest import RecordingMocks, run_program
 from tests.infra.conftest import BASE, stack_config
 
 BAD_CONFIGS = [
@@ -419,7 +419,7 @@ def test_program_reports_bad_config_as_a_run_error_without_trace(monkeypatch):
     def bad():
         raise ConfigError("jobNodes", "0", ">= 1")
 
-    monkeypatch.setattr("infra.program.config.load_settings", bad)
+    monkeypatch.setattr("infra.program.common.config.load_settings", bad)
     with pytest.raises(pulumi.RunError, match=r"^config ddp-mnist:jobNodes=0 is invalid: must be >= 1$"):
         stack.main()
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.offline.manifest import render
-from infra.offline.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
-from infra.offline.stackconfig import load_stack
-from infra.program.operator_ingress import policy_name
+from infra.program.platform.operator_ingress import policy_name
+from infra.review.manifest import render
+from infra.review.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
+from infra.stackconfig import load_stack
 from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
 
 JOB_TYPES = {"pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob", "indexed-job": "kubernetes:batch/v1:Job"}
@@ -60,7 +60,7 @@ PLATFORM_INSTALLS = {
 
 
 # ...and the post-install smoke check of each: its namespace, a PyTorchJob, and for Trainer v2 a TrainJob;
-# on every one, the NetworkPolicy check (infra/program/network_check.py).
+# on every one, the NetworkPolicy check (infra/program/platform/network_check.py).
 NETWORK_CHECK = [
     "Service/network-smoke",
     "NetworkPolicy/ddp-mnist-smoke-network-open-in",
@@ -105,7 +105,8 @@ def test_a_platform_stack_installs_only_the_operators_their_smoke_check_and_the_
         o for o in rendering.objects if o["metadata"]["labels"].get(COMPONENT) not in ("tenancy", "storage")
     ]
     found = [f"{o['kind']}/{o['metadata']['name']}" for o in objects]
-    # Each upstream controller's ingress policy (infra/program/operator_ingress.py), in its namespace.
+    # Each upstream controller's ingress policy (infra/program/platform/operator_ingress.py), in its
+    # namespace.
     controllers = [
         a.obj["metadata"] for i in rendering.upstream for a in i.objects if a.obj["kind"] == "Deployment"
     ]
@@ -321,7 +322,7 @@ def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
 def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
     """kueueApiVersion picks the version; the object passes that version's CRD schema (strict)."""
-    from infra.offline.crd import crd_validator
+    from infra.review.crd import crd_validator
 
     rendering = render_config({**QUEUED, "kueueApiVersion": version})
     queue = one(rendering, "LocalQueue")

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from infra.offline.cluster import cluster_view
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack
 from infra.program.checks import ConfigError
-from infra.program.device_plugin import gpu_smoke_outcome
+from infra.program.platform.device_plugin import gpu_smoke_outcome
 from infra.program.settings.base import GPU_DEVICE_PLUGIN_IMAGE
+from infra.review.cluster import cluster_view
+from infra.review.manifest import render
+from infra.stackconfig import load_stack
 from tests.infra.conftest import by_kind, render_config
 from tests.infra.test_platform_stack import JOB, settings_of
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.offline.manifest import RecordingMocks, render, run_program
-from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST, StackConfig, from_mapping, load_stack
 from infra.program.checks import ConfigError
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
 from infra.program.settings import PROJECT
+from infra.review.manifest import RecordingMocks, render, run_program
+from infra.stackconfig import ROOT, STAND_IN_DIGEST, StackConfig, from_mapping, load_stack
 from tests.infra.conftest import BASE, JOB_STACKS, by_kind, pod_templates, render_config, stack_config
 
 S3_JOB = {"jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000", "minioTls": False}

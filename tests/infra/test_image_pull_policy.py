@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from infra.program.checks import ConfigError
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
 from infra.program.settings.base import pinned_by_digest
 from tests.infra.conftest import BASE, render_config, stack_config
 
@@ -129,8 +129,8 @@ def test_the_shipped_cloud_job_stacks_require_a_digest_and_render_with_a_stand_i
     release notes print; offline tools show them with an all-zero digest that names no image."""
     import yaml
 
-    from infra.offline.manifest import render, to_yaml
-    from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST, from_mapping, load_stack, stack_names
+    from infra.review.manifest import render, to_yaml
+    from infra.stackconfig import ROOT, STAND_IN_DIGEST, from_mapping, load_stack, stack_names
     from tests.infra.conftest import ROLES
 
     cloud_jobs = [n for n in stack_names() if ROLES[n] == "job"]

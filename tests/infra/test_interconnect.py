@@ -1,13 +1,13 @@
 """What fast networking adds to the training pods (jobExtraResources, jobExtraEnv, jobPodAnnotations,
 jobHostPathMounts, jobAddCapabilities): the rendered pods of every job kind, the namespace's Pod Security
-level judging them (the offline admission model, infra/offline/admission), and the one-line refusals."""
+level judging them (the offline admission model, infra/review/admission), and the one-line refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.offline.cluster import cluster_view
 from infra.program.checks import ConfigError
+from infra.review.cluster import cluster_view
 from tests.infra.conftest import BASE, by_kind, pod_templates, render_config
 from tests.infra.test_platform_stack import settings_of as _settings_of
 
@@ -157,7 +157,7 @@ def test_jobextraenv_refuses_every_variable_the_bundle_derives_and_only_those(ki
 
 
 def test_the_preview_check_and_the_admission_model_allow_the_same_baseline_capabilities() -> None:
-    from infra.offline.admission.podsecurity import DEFAULT_CAPABILITIES
     from infra.program.checks.interconnect import BASELINE_CAPABILITIES
+    from infra.review.admission.podsecurity import DEFAULT_CAPABILITIES
 
     assert set(DEFAULT_CAPABILITIES) == set(BASELINE_CAPABILITIES)

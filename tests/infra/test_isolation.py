@@ -7,11 +7,11 @@ import re
 import kubernetes_validate
 import pytest
 
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack
 from infra.program.checks import ConfigError
-from infra.program.isolation import EPHEMERAL_PORTS
-from infra.program.meta import JOB_LABEL
+from infra.program.common.isolation import EPHEMERAL_PORTS
+from infra.program.common.meta import JOB_LABEL
+from infra.review.manifest import render
+from infra.stackconfig import load_stack
 from tests.infra.conftest import (
     JOB_STACKS,
     by_kind,

@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from infra.program.kubeapi import KubeConfigError, KubeReader
-from infra.program.runwatch import ReadError
+from infra.program.job.kubeapi import KubeConfigError, KubeReader
+from infra.program.job.runwatch import ReadError
 from tests.jsonhttp import JsonHandler
 
 TOKEN = "t0ken-for-the-stand-in"

@@ -1,4 +1,4 @@
-"""The platform's NetworkPolicy check (infra/program/network_check.py): two indexed pods in the smoke
+"""The platform's NetworkPolicy check (infra/program/platform/network_check.py): two indexed pods in the smoke
 namespace, one port a policy opens and one the default deny closes; a closed port that answers fails
 `pulumi up` with one line naming the cloud's switch. What the pods do on a cluster is shown by the real
 node's tier (tests/e2e_node/test_trainjob.py); here, what the stack renders and how outcomes read."""
@@ -10,12 +10,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.offline.admission import admit, namespace_of
-from infra.offline.cluster import controllers_for
-from infra.offline.effective import derive
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack
-from infra.program.network_check import (
+from infra.program.platform.network_check import (
     CLOSED_PORT,
     CONTAINER,
     EXIT_NO_OPEN_PATH,
@@ -28,6 +23,11 @@ from infra.program.network_check import (
     script,
 )
 from infra.program.settings import OPERATOR_INIT_IMAGE, SMOKE_NAMESPACE, Settings
+from infra.review.admission import admit, namespace_of
+from infra.review.cluster import controllers_for
+from infra.review.effective import derive
+from infra.review.manifest import render
+from infra.stackconfig import load_stack
 from tests.infra.conftest import BASE, PLATFORM_STACKS, by_kind, one, stack_config
 
 PLATFORM = {**BASE, "stackRole": "platform", "networkPolicySmokeCheck": True}
@@ -119,7 +119,7 @@ def test_a_platform_stack_checks_enforcement_with_two_indexed_pods_after_the_pol
     # The Job comes after its Service, the policies that open its port and the namespace's default deny.
     (reg,) = [r for r in rendering.registrations if r.name == "smoke-network-check"]
     assert set(reg.dependencies) >= {
-        "smoke-network",  # the namespace's default deny (infra/program/smoke.py)
+        "smoke-network",  # the namespace's default deny (infra/program/platform/smoke.py)
         "smoke-network-check-service",
         "smoke-network-check-open-in",
         "smoke-network-check-open-out",

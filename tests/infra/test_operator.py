@@ -12,11 +12,11 @@ import kubernetes_validate
 import pulumi
 import pytest
 
-from infra.offline.admission import admit
-from infra.offline.cluster import cluster_view
-from infra.offline.effective.pytorchjob import render_init_containers
+from infra.program.platform.training_operator import TEMPLATE_ANNOTATION
 from infra.program.settings import OPERATOR_INIT_IMAGE
-from infra.program.training_operator import TEMPLATE_ANNOTATION
+from infra.review.admission import admit
+from infra.review.cluster import cluster_view
+from infra.review.effective.pytorchjob import render_init_containers
 from tests.infra.conftest import render_config
 
 UPSTREAM_DEPLOYMENT = {
@@ -97,7 +97,7 @@ def test_the_operator_deployment_gets_the_restricted_template_and_pinned_init_im
 
 
 def test_the_operator_pod_meets_restricted_with_requests_and_its_namespace_enforces_it():
-    from infra.offline.admission import podsecurity
+    from infra.review.admission import podsecurity
 
     props = _apply(_transform({}), "kubernetes:apps/v1:Deployment", copy.deepcopy(UPSTREAM_DEPLOYMENT)).props
     pod = props["spec"]["template"]
@@ -133,7 +133,7 @@ def test_the_operators_cluster_role_keeps_what_the_pytorchjob_controller_uses():
     ServiceAccounts (MPIJob's), no other job kinds; pods, services, events, PyTorchJobs stay."""
     import yaml
 
-    from infra.program.vendored import MANIFESTS
+    from infra.program.common.vendored import MANIFESTS
 
     docs = yaml.safe_load_all((MANIFESTS / "training-operator" / "manifests.yaml").read_text())
     (role,) = [

@@ -1,5 +1,5 @@
-"""Ingress to the platform's controllers (infra/program/operator_ingress.py): each controller's pods admit
-the ports its Services name, and nothing else; other pods of their namespaces are left alone.
+"""Ingress to the platform's controllers (infra/program/platform/operator_ingress.py): each controller's pods
+admit the ports its Services name, and nothing else; other pods of their namespaces are left alone.
 
 What the policies do on a cluster is NetworkPolicy semantics, evaluated here by the same small model the
 NetworkPolicy check's tests use (ingress side, TCP). The real control plane with fake nodes admits the
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from infra.program import operator_ingress
-from infra.program.operator_ingress import ingress_policies, policy_name, read_objects
-from infra.program.vendored import KSERVE, TRAINER, TRAINING_OPERATOR, vendored
+from infra.program.common.vendored import KSERVE, TRAINER, TRAINING_OPERATOR, vendored
+from infra.program.platform import operator_ingress
+from infra.program.platform.operator_ingress import ingress_policies, policy_name, read_objects
 from tests.infra.conftest import by_kind, render_config
 from tests.infra.test_network_check import allowed, selects
 

@@ -9,14 +9,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from infra.offline.admission import admit
-from infra.offline.cluster import cluster_view
-from infra.offline.effective.pytorchjob import render_init_containers
-from infra.offline.manifest import RecordingMocks, Registration, run_program, to_yaml
 from infra.program.checks import ConfigError
-from infra.program.operator_patch import FIELD_MANAGER, patch_manifest
+from infra.program.platform.operator_patch import FIELD_MANAGER, patch_manifest
+from infra.program.platform.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
 from infra.program.settings import OPERATOR_INIT_IMAGE
-from infra.program.training_operator import RESTRICTED_INIT_CONTAINER_TEMPLATE, TEMPLATE_ANNOTATION
+from infra.review.admission import admit
+from infra.review.cluster import cluster_view
+from infra.review.effective.pytorchjob import render_init_containers
+from infra.review.manifest import RecordingMocks, Registration, run_program, to_yaml
 from tests.infra.conftest import BASE, render_config, stack_config
 from tests.infra.test_operator import UPSTREAM_DEPLOYMENT
 

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack
-from infra.program import platform
 from infra.program.checks import ConfigError
-from infra.program.config import settings_from_raw
-from infra.program.platform import PlatformMismatch
+from infra.program.common import platform_facts as platform
+from infra.program.common.config import settings_from_raw
+from infra.program.common.platform_facts import PlatformMismatch
 from infra.program.settings import Settings
+from infra.review.manifest import render
+from infra.stackconfig import load_stack
 from tests.infra.conftest import BASE, PLATFORM_STACKS, render_config, stack_config
 
 JOB = {**BASE, "stackRole": "job", "operatorInstall": False, "jobWait": True}

@@ -8,8 +8,6 @@ from typing import Any
 
 import pytest
 
-from infra.offline.manifest import REDACTED, RecordingMocks, render, run_program, to_yaml
-from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
 from infra.program.settings import PROJECT
 from infra.program.settings.prerequisites import (
@@ -19,6 +17,8 @@ from infra.program.settings.prerequisites import (
     NFS_CSI_CHART_URL,
     NFS_SERVER_IMAGE,
 )
+from infra.review.manifest import REDACTED, RecordingMocks, render, run_program, to_yaml
+from infra.stackconfig import ROOT, load_stack
 from tests.infra.conftest import BASE, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
@@ -324,7 +324,7 @@ def test_a_fill_job_that_cannot_pull_its_image_fails_up_with_one_line_naming_the
 
     import pulumi
 
-    from infra.program.runwatch import RunWatch
+    from infra.program.job.runwatch import RunWatch
     from tests.infra.test_runwatch import FakeCluster, job
 
     now = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
@@ -354,7 +354,7 @@ def test_a_fill_job_that_cannot_pull_its_image_fails_up_with_one_line_naming_the
 
 
 def test_a_vendored_chart_changed_in_place_stops_the_preview_with_one_line(tmp_path, monkeypatch):
-    from infra.program import vendored
+    from infra.program.common import vendored
 
     changed = tmp_path / NFS_CSI_CHART
     changed.parent.mkdir(parents=True)

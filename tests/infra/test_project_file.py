@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import yaml
 
-from infra.offline.stackconfig import ROOT, project_file
 from infra.program.schema import project_text
 from infra.program.settings import SECRET_KEYS, Settings
+from infra.stackconfig import ROOT, project_file
 
 
 def test_project_file_is_current():

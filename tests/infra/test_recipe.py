@@ -1,15 +1,15 @@
 """One recipe: a stack that sets no training key runs the trainer's own defaults (trainer/cli.py),
-the ones docs/BENCHMARKS.md measures, flag by flag as infra/program/podspec.py passes them."""
+the ones docs/BENCHMARKS.md measures, flag by flag as infra/program/job/podspec.py passes them."""
 
 from __future__ import annotations
 
 import pytest
 
-from infra.offline.stackconfig import load_stack
-from infra.program.config import settings_from_raw
-from infra.program.meta import JobNames
-from infra.program.podspec import trainer_args
+from infra.program.common.config import settings_from_raw
+from infra.program.common.meta import JobNames
+from infra.program.job.podspec import trainer_args
 from infra.program.settings import Settings
+from infra.stackconfig import load_stack
 from trainer.cli import build_parser
 
 # Settings field -> the trainer flag's argparse dest (podspec.trainer_args passes one as the other).

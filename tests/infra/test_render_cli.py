@@ -1,4 +1,4 @@
-"""`python -m infra.offline.render` as a user runs it: files, summary, exit codes."""
+"""`python -m infra.review.render` as a user runs it: files, summary, exit codes."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import yaml
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 
 
 def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "infra.offline.render", *args],
+        [sys.executable, "-m", "infra.review.render", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -24,13 +24,13 @@ def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def _render_stack_file(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
-    """`infra.offline.render` on a project whose only stack, 'broken', holds `text`."""
+    """`infra.review.render` on a project whose only stack, 'broken', holds `text`."""
     repo = tmp_path / "repo"
     (repo / "stacks").mkdir(parents=True)
     (repo / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
     (repo / "stacks" / "Pulumi.broken.yaml").write_text(text)
     code = (
-        f"import sys, infra.offline.stackconfig as s, infra.offline.render as r; from pathlib import Path; "
+        f"import sys, infra.stackconfig as s, infra.review.render as r; from pathlib import Path; "
         f"s.ROOT = Path({str(repo)!r}); "
         f"sys.exit(r.main(['--stack', 'broken', '--out', {str(tmp_path / 'out')!r}]))"
     )
@@ -95,8 +95,8 @@ def test_a_refused_pod_fails_validate_with_exit_3_and_writes_nothing(tmp_path):
     Worker pods (the training job's and the smoke check's) in the API server's words, one line per
     failed check."""
     code = (
-        "import sys, infra.offline.cluster as c, infra.offline.effective.pytorchjob as p, "
-        "infra.offline.render as r; c.RESTRICTED_INIT_CONTAINER_TEMPLATE = p.UPSTREAM_INIT_CONTAINER_TEMPLATE; "
+        "import sys, infra.review.cluster as c, infra.review.effective.pytorchjob as p, "
+        "infra.review.render as r; c.RESTRICTED_INIT_CONTAINER_TEMPLATE = p.UPSTREAM_INIT_CONTAINER_TEMPLATE; "
         f"sys.exit(r.main(['--stack', 'dev', '--validate', '--out', {str(tmp_path)!r}]))"
     )
     result = subprocess.run(
@@ -147,7 +147,7 @@ def test_malformed_stack_file_and_missing_crd_exit_2_without_traceback(tmp_path)
 def test_render_needs_the_program_environment_only(tmp_path):
     """`make render` runs in .venv-infra, which has no torch: rendering never imports it."""
     code = (
-        "import sys, infra.offline.render as r; "
+        "import sys, infra.review.render as r; "
         f"code = r.main(['--stack', 'gke-gpu', '--out', {str(tmp_path)!r}, '--validate']); "
         "assert 'torch' not in sys.modules, 'render imported torch'; sys.exit(code)"
     )
@@ -158,7 +158,7 @@ def test_render_needs_the_program_environment_only(tmp_path):
     planned = subprocess.run(
         ["make", "-n", "render", "STACK=dev"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
-    assert ".venv-infra/bin/python -m infra.offline.render --stack dev --validate" in planned.stdout
+    assert ".venv-infra/bin/python -m infra.review.render --stack dev --validate" in planned.stdout
     assert ".venv/bin/" not in planned.stdout.replace(".venv-infra/bin/", "")
 
 
@@ -175,7 +175,7 @@ def test_a_job_stack_its_platform_stack_contradicts_exits_2_with_one_line(tmp_pa
         "  ddp-mnist:seedSource: none\n  ddp-mnist:kservePresent: true\n"
     )
     code = (
-        f"import sys, infra.offline.stackconfig as s, infra.offline.render as r; from pathlib import Path; "
+        f"import sys, infra.stackconfig as s, infra.review.render as r; from pathlib import Path; "
         f"s.ROOT = Path({str(repo)!r}); "
         f"sys.exit(r.main(['--stack', 'team', '--out', {str(tmp_path / 'out')!r}]))"
     )
@@ -196,7 +196,7 @@ def test_a_vendored_manifest_not_as_recorded_exits_2_with_one_line(tmp_path):
     kustomization = copy / "training-operator" / "kustomization.yaml"
     kustomization.write_text(kustomization.read_text() + "patches:\n  - path: /tmp/anything.yaml\n")
     code = (
-        "import sys, infra.program.vendored as v, infra.offline.render as r; from pathlib import Path; "
+        "import sys, infra.program.common.vendored as v, infra.review.render as r; from pathlib import Path; "
         f"v.MANIFESTS = Path({str(copy)!r}); "
         f"sys.exit(r.main(['--stack', 'aks-platform', '--out', {str(tmp_path / 'out')!r}]))"
     )

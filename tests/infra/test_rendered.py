@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from infra.offline.cluster import cluster_view
-from infra.offline.manifest import render
-from infra.offline.podenv import container_env, node_argv
-from infra.offline.stackconfig import load_stack
-from infra.program.vendored import MANIFESTS
+from infra.program.common.vendored import MANIFESTS
+from infra.review.cluster import cluster_view
+from infra.review.manifest import render
+from infra.review.podenv import container_env, node_argv
+from infra.stackconfig import load_stack
 from tests.infra.conftest import by_kind, one, pod_templates, render_config
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
@@ -361,7 +361,7 @@ def test_wait_annotations_and_run_policy():
         ),
         "PyTorchJob",
     )
-    # The program waits for the run (infra/program/runwatch.py); the provider only for the create (and
+    # The program waits for the run (infra/program/job/runwatch.py); the provider only for the create (and
     # for a deletion), with jobWait as without.
     assert job["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
@@ -412,7 +412,7 @@ def test_labels_everywhere():
 def test_the_retry_rule_is_the_trainers():
     """The podFailurePolicy's FailJob codes and the trainer's exit codes are one contract: 1-127 are
     permanent, 128 and above (the training operator's ExitCode rule) retryable."""
-    from infra.program.meta import PERMANENT_EXIT_CODES, RETRYABLE_FROM, STOPPED_WITH_PEERS_EXIT_CODES
+    from infra.program.common.meta import PERMANENT_EXIT_CODES, RETRYABLE_FROM, STOPPED_WITH_PEERS_EXIT_CODES
     from trainer import errors
 
     assert (PERMANENT_EXIT_CODES, RETRYABLE_FROM) == (errors.PERMANENT_EXIT_CODES, errors.RETRYABLE_FROM)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.offline.cluster import cluster_view
+from infra.review.cluster import cluster_view
 from tests.infra.conftest import render_config, training_job
 
 KINDS = {

@@ -13,9 +13,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.offline.manifest import RecordingMocks
-from infra.program.placement import Snapshot, diagnose, progress
-from infra.program.runwatch import NOT_FOUND, ReadError, RunWatch, Target, read_snapshot
+from infra.program.job.placement import Snapshot, diagnose, progress
+from infra.program.job.runwatch import NOT_FOUND, ReadError, RunWatch, Target, read_snapshot
+from infra.review.manifest import RecordingMocks
 
 NS = "ddp-mnist"
 NOW = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
@@ -348,7 +348,7 @@ class Answers:
 
 
 def _program(cluster: Answers, mocks: RecordingMocks | None = None) -> tuple[list[str], dict]:
-    from infra.offline.manifest import run_program
+    from infra.review.manifest import run_program
     from tests.infra.conftest import BASE, stack_config
 
     watch = RunWatch(cluster, True, 300, poll_seconds=0, log=lambda m, r: None, wall=lambda: NOW)
@@ -465,8 +465,8 @@ def test_a_job_fails_the_wait_at_its_failure_target_before_its_other_pods_have_e
     """Kubernetes 1.33's Job controller says FailureTarget as soon as a podFailurePolicy rule fails the
     Job, and Failed only once every pod ended: the real node tier waited a peer's grace period (about
     40 s) for it. The wait ends at the first, with the controller's message."""
-    from infra.program.jobs import wait_annotations
-    from infra.program.outcome import job_outcome
+    from infra.program.common.outcome import job_outcome
+    from infra.program.job.jobs import wait_annotations
 
     logs = "kubectl -n ns logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
     message = "Container pytorch for pod ns/mnist-r1-0-abcde failed with exit code 5 matching FailJob rule"

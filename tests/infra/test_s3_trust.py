@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infra.program.checks import ConfigError
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
 from tests.infra.conftest import BASE, by_kind, render_config, stack_config
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUexample\n-----END CERTIFICATE-----\n"

@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from infra.offline.cluster import cluster_view, effective_yaml
-from infra.offline.manifest import REDACTED, RecordingMocks, render, to_yaml
-from infra.offline.render import summary
+from infra.review.cluster import cluster_view, effective_yaml
+from infra.review.manifest import REDACTED, RecordingMocks, render, to_yaml
+from infra.review.render import summary
 from tests.infra.conftest import BASE, by_kind, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
@@ -48,8 +48,8 @@ def test_canary_never_leaves_the_secret(capsys, caplog):
 
 def test_values_set_as_secrets_are_never_echoed_in_errors():
     """A typo in a secret key, or a secret value of the wrong shape, names the key, never the value."""
-    from infra.offline.manifest import run_program
     from infra.program.checks import ConfigError
+    from infra.review.manifest import run_program
 
     cases = [
         ({"minioSecretkey": CANARY_KEY}, "minioSecretkey"),  # misspelled key, set with --secret
@@ -69,8 +69,8 @@ def test_values_set_as_secrets_are_never_echoed_in_errors():
 @pytest.mark.parametrize("key", ["minioSecretkey", "minioAccesskey", "s3Password", "apiToken"])
 def test_a_misspelt_credential_key_set_in_plain_text_is_never_echoed(key):
     """`pulumi config set minioSecretkey VALUE` (a typo, no --secret) still holds a credential."""
-    from infra.offline.manifest import run_program
     from infra.program.checks import ConfigError
+    from infra.review.manifest import run_program
 
     with pytest.raises(ConfigError) as caught:
         run_program(stack_config({**BASE, key: CANARY_KEY}))
@@ -86,8 +86,8 @@ def test_empty_key_pair_from_the_schema_defaults_means_unset():
 def test_a_key_other_than_the_credentials_set_as_secret_is_refused_without_echoing_it():
     """Config is read raw: a secret minioEndpoint would reach the pods' env, state and outputs in plain
     text. It is refused, naming the key, before anything is registered."""
-    from infra.offline.manifest import run_program
     from infra.program.checks import ConfigError
+    from infra.review.manifest import run_program
 
     for key, value in (("minioEndpoint", f"{CANARY_KEY}.example.com:9000"), ("jobNodes", "2")):
         mocks = RecordingMocks()
@@ -177,7 +177,7 @@ def test_the_pods_that_only_read_take_the_read_only_pair_and_the_trainer_the_rea
 )
 def test_a_half_or_doubled_read_only_pair_is_refused_with_the_key(secrets, plain, message):
     from infra.program.checks import ConfigError
-    from infra.program.config import settings_from_raw
+    from infra.program.common.config import settings_from_raw
 
     stack = stack_config({**BASE, "minioEndpoint": "minio.minio.svc:9000", **plain}, secrets=secrets)
     with pytest.raises(ConfigError) as raised:
@@ -201,7 +201,7 @@ READERS = {
 
 def test_read_keys_required_refuses_a_stack_whose_readers_would_hold_the_read_write_keys():
     from infra.program.checks import ConfigError
-    from infra.program.config import settings_from_raw
+    from infra.program.common.config import settings_from_raw
 
     stack = stack_config(READERS, secrets=RW_KEYS)
     with pytest.raises(ConfigError) as raised:
@@ -228,8 +228,8 @@ def _raw(stack) -> tuple[dict, set]:
 def test_the_shipped_stacks_with_readers_require_the_read_only_pair():
     """Every shipped job stack with a pod that only reads asks for the read-only pair, so its seed or
     server never holds the keys that can write (docs/how-to/write-a-stack.md)."""
-    from infra.offline.stackconfig import load_stack, stack_names
-    from infra.program.config import read_only_pods, settings_from_raw
+    from infra.program.common.config import read_only_pods, settings_from_raw
+    from infra.stackconfig import load_stack, stack_names
 
     asked = {}
     for name in stack_names():

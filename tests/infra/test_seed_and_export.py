@@ -8,9 +8,9 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.offline.cluster import cluster_view
-from infra.offline.manifest import RecordingMocks, run_program
 from infra.program.checks import ConfigError
+from infra.review.cluster import cluster_view
+from infra.review.manifest import RecordingMocks, run_program
 from tests.infra.conftest import BASE, by_kind, pod_templates, render_config, stack_config
 
 # An existing Secret needs a namespace prepared beforehand (createNamespace false).
@@ -128,7 +128,7 @@ def test_the_training_job_waits_for_the_seed_job_and_both_are_admitted(kind):
 
 def test_the_seed_job_is_created_for_the_programs_wait_and_replaced_unless_complete():
     annotations = _seed(render_config({"seedSource": "https"}))["metadata"]["annotations"]
-    # The program waits for it (infra/program/runwatch.py); the provider only for its create and deletion.
+    # The program waits for it (infra/program/job/runwatch.py); the provider only for its create and deletion.
     assert annotations == {
         "pulumi.com/waitFor": "jsonpath={.metadata.uid}",
         "pulumi.com/replaceUnready": "true",

@@ -13,19 +13,19 @@ import pulumi
 import pytest
 import yaml
 
-from infra.offline.admission import Namespace, admit
-from infra.offline.cluster import cluster_view
-from infra.offline.crd import crd_validator
-from infra.offline.effective import Controllers, derive
-from infra.offline.manifest import RecordingMocks, run_program, to_yaml
-from infra.offline.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
-from infra.offline.stackconfig import load_stack
-from infra.program import kserve
 from infra.program.checks import ConfigError
-from infra.program.kserve import CONFIG_MAP, UNUSED, standard_mode, used_manifest
-from infra.program.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
-from infra.program.training_operator import CRD_TYPE
-from infra.program.vendored import MANIFESTS
+from infra.program.common.vendored import MANIFESTS
+from infra.program.job.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
+from infra.program.platform import kserve
+from infra.program.platform.kserve import CONFIG_MAP, UNUSED, standard_mode, used_manifest
+from infra.program.platform.training_operator import CRD_TYPE
+from infra.review.admission import Namespace, admit
+from infra.review.cluster import cluster_view
+from infra.review.crd import crd_validator
+from infra.review.effective import Controllers, derive
+from infra.review.manifest import RecordingMocks, run_program, to_yaml
+from infra.review.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
+from infra.stackconfig import load_stack
 from policy import guardrails as g
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
 
@@ -418,7 +418,7 @@ def test_the_stack_applies_the_release_manifest_less_exactly_the_components_it_n
 
 
 def test_namespace_kserve_enforces_restricted_which_the_controller_manager_meets_as_upstream_writes_it():
-    from infra.offline.admission import podsecurity
+    from infra.review.admission import podsecurity
 
     (namespace,) = [o for o in render_config(PLATFORM_KSERVE).objects if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "kserve"
@@ -548,7 +548,7 @@ def test_kserve_is_configured_never_to_copy_the_wait_annotations_onto_server_pod
 def test_the_kserve_model_drops_the_programs_wait_annotations() -> None:
     """The offline model (which the policy pack loads without the program's dependencies) keeps its own
     copy of the list."""
-    from infra.offline.effective import serving
+    from infra.review.effective import serving
 
     assert serving.WAIT_ANNOTATIONS == WAIT_ANNOTATIONS
 

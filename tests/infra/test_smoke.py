@@ -8,17 +8,17 @@ from typing import Any
 import pulumi
 import pytest
 
-from infra.offline.admission import admit, namespace_of
-from infra.offline.cluster import cluster_view, controllers_for
-from infra.offline.effective import Controllers, derive
-from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
-from infra.offline.local.plan import workloads
-from infra.offline.manifest import RecordingMocks, render, run_program
-from infra.offline.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_present, validation_errors
-from infra.offline.stackconfig import load_stack
+from infra.local.plan import workloads
 from infra.program.checks import ConfigError
+from infra.program.platform.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE, SMOKE_POLICY
 from infra.program.settings import OPERATOR_INIT_IMAGE
-from infra.program.smoke import DEADLINE_SECONDS, SMOKE_NAMESPACE, SMOKE_POLICY
+from infra.review.admission import admit, namespace_of
+from infra.review.cluster import cluster_view, controllers_for
+from infra.review.effective import Controllers, derive
+from infra.review.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
+from infra.review.manifest import RecordingMocks, render, run_program
+from infra.review.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_present, validation_errors
+from infra.stackconfig import load_stack
 from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
 
 PLATFORM = {"stackRole": "platform"}

@@ -8,12 +8,12 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from infra.offline.cluster import cluster_view, effective_yaml
-from infra.offline.crd import crd_validator
-from infra.offline.manifest import render, to_yaml
-from infra.offline.render import is_builtin
-from infra.offline.stackconfig import ROOT, load_stack, stack_names
-from infra.program.config import settings_from_raw
+from infra.program.common.config import settings_from_raw
+from infra.review.cluster import cluster_view, effective_yaml
+from infra.review.crd import crd_validator
+from infra.review.manifest import render, to_yaml
+from infra.review.render import is_builtin
+from infra.stackconfig import ROOT, load_stack, stack_names
 from tests.infra.conftest import JOB_STACKS, PREREQUISITE_STACKS
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack, stack_names
-from infra.program import platform
 from infra.program.checks import ConfigError
-from infra.program.platform import PlatformMismatch
-from infra.program.tenancy import DEPLOYER_ROLE, JOB_DEPLOYER_RULES, LABEL_GUARD, READER_ROLE
+from infra.program.common import platform_facts as platform
+from infra.program.common.platform_facts import PlatformMismatch
+from infra.program.platform.tenancy import DEPLOYER_ROLE, JOB_DEPLOYER_RULES, LABEL_GUARD, READER_ROLE
+from infra.review.manifest import render
+from infra.stackconfig import load_stack, stack_names
 from tests.docs.test_docs_match_code import resource_name
 from tests.infra.conftest import BASE, by_kind, render_config
 from tests.infra.test_platform_stack import JOB, settings_of, take
@@ -276,7 +276,7 @@ def test_the_guards_messages_are_concatenations_cel_can_parse():
 
 
 def test_team_namespaces_get_the_service_guard_clusterip_only_unless_the_platform_grants_more():
-    from infra.program.service_guard import SERVICE_GUARD
+    from infra.program.platform.service_guard import SERVICE_GUARD
 
     rendering = render_config(
         {**PLATFORM, "teamNamespaces": ["team-b", "team-a"], "podSecurityLabelGuard": False}
@@ -311,7 +311,12 @@ BOUNDED = {
 
 
 def test_each_team_namespace_holds_the_platforms_default_deny_quota_and_priority_quota():
-    from infra.program.team_boundary import OWNER_LABEL, PLATFORM_DEFAULT_DENY, PRIORITY_QUOTA, TEAM_QUOTA
+    from infra.program.platform.team_boundary import (
+        OWNER_LABEL,
+        PLATFORM_DEFAULT_DENY,
+        PRIORITY_QUOTA,
+        TEAM_QUOTA,
+    )
 
     rendering = render_config(BOUNDED)
     refused = {}
@@ -343,7 +348,7 @@ def test_each_team_namespace_holds_the_platforms_default_deny_quota_and_priority
 
 
 def test_the_platform_objects_guard_covers_policies_and_quotas_in_team_namespaces_on_every_write():
-    from infra.program.team_boundary import OBJECTS_GUARD, OWNER_LABEL
+    from infra.program.platform.team_boundary import OBJECTS_GUARD, OWNER_LABEL
 
     rendering = render_config({**BOUNDED, "podSecurityLabelGuard": False})
     policy = named(rendering, "ValidatingAdmissionPolicy")[OBJECTS_GUARD]
@@ -436,11 +441,11 @@ def test_a_job_stack_in_a_team_namespace_may_not_name_a_class_above_its_own_or_d
 
 def test_every_shipped_job_stack_fits_the_team_quota_its_platform_sets():
     """Each workload of a shipped job stack (they run one after another) is admitted under its platform's
-    ddp-mnist-team-quota by the quota model (`infra/offline/admission`), and its claims fit the quota's
+    ddp-mnist-team-quota by the quota model (`infra/review/admission`), and its claims fit the quota's
     claim count and storage: a platform stack's budget never refuses the job stack shipped beside it."""
-    from infra.offline.admission import Namespace, admit, resources
-    from infra.offline.cluster import cluster_view
-    from infra.program.team_boundary import TEAM_QUOTA
+    from infra.program.platform.team_boundary import TEAM_QUOTA
+    from infra.review.admission import Namespace, admit, resources
+    from infra.review.cluster import cluster_view
 
     checked = 0
     for name in stack_names():
@@ -473,9 +478,9 @@ def test_every_shipped_job_stack_fits_the_team_quota_its_platform_sets():
 
 def test_the_quota_model_refuses_a_job_over_its_team_quota():
     """The fit test above can fail: a GPU budget below the job's refuses its pods."""
-    from infra.offline.admission import Namespace, admit
-    from infra.offline.cluster import cluster_view
-    from infra.program.team_boundary import TEAM_QUOTA
+    from infra.program.platform.team_boundary import TEAM_QUOTA
+    from infra.review.admission import Namespace, admit
+    from infra.review.cluster import cluster_view
 
     job = render(load_stack("eks-gpu"))
     platform_rendering = render(load_stack("eks-platform"))

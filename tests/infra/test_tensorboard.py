@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from infra.offline.cluster import cluster_view
 from infra.program.checks import ConfigError
+from infra.review.cluster import cluster_view
 from tests.infra.conftest import by_kind, render_config
 
 BOARD = {"tensorboardDeploy": True}

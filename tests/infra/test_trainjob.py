@@ -10,16 +10,16 @@ import sys
 import pulumi
 import pytest
 
-from infra.offline.cluster import cluster_view
-from infra.offline.crd import crd_validator
-from infra.offline.manifest import RecordingMocks, render, run_program
-from infra.offline.podenv import container_env, node_argv
-from infra.offline.render import DEFAULT_CRD_DIR, JOBSET_CRD, TRAINER_CRDS, validation_errors
-from infra.offline.stackconfig import ROOT, load_stack
 from infra.program.checks import ConfigError
-from infra.program.outcome import job_outcome
-from infra.program.trainjob import RESERVED_ENV
-from infra.program.vendored import MANIFESTS
+from infra.program.common.outcome import job_outcome
+from infra.program.common.vendored import MANIFESTS
+from infra.program.job.trainjob import RESERVED_ENV
+from infra.review.cluster import cluster_view
+from infra.review.crd import crd_validator
+from infra.review.manifest import RecordingMocks, render, run_program
+from infra.review.podenv import container_env, node_argv
+from infra.review.render import DEFAULT_CRD_DIR, JOBSET_CRD, TRAINER_CRDS, validation_errors
+from infra.stackconfig import ROOT, load_stack
 from tests.infra.conftest import BASE, one, render_config, stack_config, team_policies
 
 # A stack of kind "all" that runs a TrainJob: Trainer v2 installed here, the v1 operator not.
@@ -98,7 +98,7 @@ def test_strict_schemas_report_unknown_and_mistyped_fields():
 @needs_crds
 def test_render_validate_checks_the_trainjob_stack_and_reports_what_it_checked(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "infra.offline.render", "--stack", "gke-trainjob", "--out", str(tmp_path)]
+        [sys.executable, "-m", "infra.review.render", "--stack", "gke-trainjob", "--out", str(tmp_path)]
         + ["--validate"],
         cwd=ROOT,
         capture_output=True,
@@ -114,7 +114,7 @@ def test_render_validate_checks_the_trainjob_stack_and_reports_what_it_checked(t
     assert "runtime=TrainingRuntime/mnist-r1 nodes=4 procs/node=1" in result.stdout
     assert "TrainJob/mnist-r1 node node-rank=3 init=- admitted (restricted)" in result.stdout
     missing = subprocess.run(
-        [sys.executable, "-m", "infra.offline.render", "--stack", "gke-trainjob", "--out", str(tmp_path)]
+        [sys.executable, "-m", "infra.review.render", "--stack", "gke-trainjob", "--out", str(tmp_path)]
         + ["--validate", "--crd-dir", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
@@ -286,7 +286,7 @@ def test_retries_and_ttl_map_to_jobset_failure_policy_and_ttl(incidents, ttl):
 
 def test_waiting_for_a_trainjob_ends_on_complete_or_failed_and_a_failure_fails_the_deployment():
     trainjob = one(_trainjob({"jobWait": True, "jobWaitTimeoutSeconds": 900}), "TrainJob")
-    # The program waits (infra/program/runwatch.py), ending on these conditions.
+    # The program waits (infra/program/job/runwatch.py), ending on these conditions.
     assert trainjob["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}
     done = {"conditions": [{"type": "Complete", "status": "True"}]}
     logs = "kubectl -n ddp-mnist logs -l ddp-mnist.io/job=mnist-r1 --prefix --max-log-requests=3"
@@ -374,7 +374,7 @@ def test_kubeflow_system_enforces_restricted_which_both_vendored_controllers_mee
     checks); a controller pod that did not would be refused."""
     import yaml
 
-    from infra.offline.admission import podsecurity
+    from infra.review.admission import podsecurity
 
     (transform,) = _install(_trainjob()).transforms
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}}

@@ -15,8 +15,8 @@ import pulumi
 import pytest
 import yaml
 
-from infra.program.trainer_v2 import PROGRESS_GATE, TRAINER_DEPLOYMENT
-from infra.program.vendored import MANIFESTS
+from infra.program.common.vendored import MANIFESTS
+from infra.program.platform.trainer_v2 import PROGRESS_GATE, TRAINER_DEPLOYMENT
 from tests.infra.conftest import render_config, team_policies
 from tests.infra.test_platform_stack import facts_of, take
 
@@ -135,8 +135,8 @@ def test_a_platform_exports_the_gate_and_a_job_stack_takes_it() -> None:
 
 
 def test_trainer_progress_without_trainer_is_one_line() -> None:
-    from infra.offline.manifest import RecordingMocks, run_program
     from infra.program.checks import ConfigError
+    from infra.review.manifest import RecordingMocks, run_program
     from tests.infra.conftest import BASE, stack_config
 
     with pytest.raises(ConfigError) as raised:

@@ -15,12 +15,12 @@ import kubernetes_validate
 import pulumi
 import pytest
 
-from infra.offline.manifest import RecordingMocks, run_program
-from infra.offline.render import is_builtin
-from infra.program import vendored
+from infra.program.common import vendored
+from infra.program.common.vendored import INDEX, KSERVE, MANIFESTS, TRAINER, TRAINING_OPERATOR
+from infra.program.platform.training_operator import TEMPLATE_ANNOTATION
 from infra.program.settings import Settings
-from infra.program.training_operator import TEMPLATE_ANNOTATION
-from infra.program.vendored import INDEX, KSERVE, MANIFESTS, TRAINER, TRAINING_OPERATOR
+from infra.review.manifest import RecordingMocks, run_program
+from infra.review.render import is_builtin
 from tests.infra.conftest import BASE, render_config, stack_config
 
 COMPONENTS = [TRAINING_OPERATOR, TRAINER, KSERVE]
@@ -82,11 +82,11 @@ def test_an_edited_vendored_file_stops_the_program_with_one_line_before_anything
     tampered, monkeypatch
 ):
     from infra.program import stack
-    from infra.program.config import settings_from_raw
+    from infra.program.common.config import settings_from_raw
 
     config = stack_config({**BASE, **EVERYTHING})
     settings = settings_from_raw(config.values, set())[0]
-    monkeypatch.setattr("infra.program.config.load_settings", lambda: (settings, None))
+    monkeypatch.setattr("infra.program.common.config.load_settings", lambda: (settings, None))
     monkeypatch.setattr(stack, "build_platform", pytest.fail)  # nothing may be registered
     with pytest.raises(
         pulumi.RunError, match=r"^vendored KServe v0\.20\.0: infra/manifests/kserve/kserve\.yaml: "
@@ -100,7 +100,7 @@ def test_a_stack_with_its_own_source_does_not_read_the_vendored_file(tampered):
 
 
 def _settings(values):
-    from infra.program.config import settings_from_raw
+    from infra.program.common.config import settings_from_raw
 
     config = stack_config(values)
     return settings_from_raw(config.values, set())[0]

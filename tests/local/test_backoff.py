@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.plan import JobPlan
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack, plan_workloads
+from infra.local.plan import JobPlan
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack, plan_workloads
 from tests.infra.conftest import render_config
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}

@@ -1,17 +1,17 @@
 """The Worker init container's resolver check, as rendered, against the local stand-in for cluster DNS.
 
-The operator's restricted template runs `getent hosts <master>` (see infra/program/training_operator.py
-for why not busybox's nslookup); here that command line runs under `sh` with the scheduler's shims, so
-the loop's exit status follows whether the Master's name is published."""
+The operator's restricted template runs `getent hosts <master>` (see
+infra/program/platform/training_operator.py for why not busybox's nslookup); here that command line runs under
+`sh` with the scheduler's shims, so the loop's exit status follows whether the Master's name is published."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from infra.offline.local.dns import main as dns
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack
+from infra.local.dns import main as dns
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 
 

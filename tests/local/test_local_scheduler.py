@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.plan import JobPlan
-from infra.offline.local.stack import report, run_plan
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack
-from infra.offline.manifest import Rendering
+from infra.local.plan import JobPlan
+from infra.local.stack import report, run_plan
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack
+from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
 
 TWO_NODES = {
@@ -210,7 +210,7 @@ def test_readme_main_command_is_the_local_run():
     makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
     (block,) = [b for b in re.findall(r"```sh\n(.*?)```", readme, re.S) if b.startswith("make run ")]
     assert [line.split("#")[0].strip() for line in block.splitlines()] == ["make run", "make test"]
-    assert "-m infra.offline.local --stack $(STACK)" in makefile
+    assert "-m infra.local --stack $(STACK)" in makefile
 
 
 def test_cli_unknown_stack_exits_2(tmp_path):
@@ -218,7 +218,7 @@ def test_cli_unknown_stack_exits_2(tmp_path):
         [
             sys.executable,
             "-m",
-            "infra.offline.local",
+            "infra.local",
             "--stack",
             "nope",
             "--workdir",
@@ -255,9 +255,9 @@ def test_a_failed_init_container_fails_its_pod_and_the_main_container_never_star
 
 @pytest.mark.slow
 def test_a_pod_the_api_server_would_refuse_is_refused_locally_with_its_message(tmp_path, monkeypatch):
-    import infra.offline.cluster as cluster
-    from infra.offline.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
-    from infra.offline.local.workloads import PodsRefused
+    import infra.review.cluster as cluster
+    from infra.local.workloads import PodsRefused
+    from infra.review.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
 
     monkeypatch.setattr(cluster, "RESTRICTED_INIT_CONTAINER_TEMPLATE", UPSTREAM_INIT_CONTAINER_TEMPLATE)
     with pytest.raises(PodsRefused) as refused:
@@ -274,7 +274,7 @@ def test_a_pod_the_api_server_would_refuse_is_refused_locally_with_its_message(t
 @pytest.mark.slow
 def test_a_gpu_stack_on_a_cpu_machine_is_one_line_and_exit_2(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "infra.offline.local", "--stack", "eks-gpu", "--workdir", str(tmp_path)],
+        [sys.executable, "-m", "infra.local", "--stack", "eks-gpu", "--workdir", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -290,7 +290,7 @@ def test_a_gpu_stack_on_a_cpu_machine_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_flag_runs_a_gpu_job_on_cpu_with_gloo_same_nodes_and_processes(tmp_path):
-    from infra.offline.local.adjust import on_cpu
+    from infra.local.adjust import on_cpu
 
     values = {**TWO_NODES, "jobGpusPerNode": 2, "jobProcsPerNode": 2, "jobBatchSize": 256}
     rendering = render_config(values)
@@ -314,7 +314,7 @@ FROZEN_TIMEOUT = 10  # seconds, as in tests/trainer/test_peer_lost_processes.py:
 
 def _rank_process(supervisor: Supervisor, pod: str, rank: int) -> int | None:
     """The trainer process of global `rank` under a pod (torchrun starts it in a session of its own)."""
-    from infra.offline.local.supervisor import descendants
+    from infra.local.supervisor import descendants
 
     run = supervisor.procs[pod]
     if run.proc is None:
@@ -399,10 +399,10 @@ def test_bad_data_under_exit_code_fails_at_once_with_no_retry(tmp_path):
 def test_train_limit_reaches_the_training_pods_only_and_says_so(tmp_path, monkeypatch):
     """`--train-limit N` as `run_rendering` plans the dev stack: the training job's pods pass the
     trainer's own flag, the seed Job's pod does not, and one line says the accuracy is not the stack's."""
-    from infra.offline.local import stack
-    from infra.offline.local.supervisor import JobResult
-    from infra.offline.manifest import render
-    from infra.offline.stackconfig import load_stack
+    from infra.local import stack
+    from infra.local.supervisor import JobResult
+    from infra.review.manifest import render
+    from infra.stackconfig import load_stack
 
     started: list[JobPlan] = []
 
@@ -427,7 +427,7 @@ def test_train_limit_reaches_the_training_pods_only_and_says_so(tmp_path, monkey
 
 
 def test_train_limit_must_be_at_least_one(capsys):
-    from infra.offline.local.cli import main
+    from infra.local.cli import main
 
     with pytest.raises(SystemExit) as stopped:
         main(["--stack", "dev", "--train-limit", "0"])
@@ -436,7 +436,7 @@ def test_train_limit_must_be_at_least_one(capsys):
 
 
 def test_the_training_set_size_is_the_trainer_s():
-    from infra.offline.local.adjust import MNIST_TRAIN_IMAGES
+    from infra.local.adjust import MNIST_TRAIN_IMAGES
     from trainer.finished import MNIST_TRAIN_IMAGES as TRAINER_S
 
     assert MNIST_TRAIN_IMAGES == TRAINER_S

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local import ports
+from infra.local import ports
 
 
 @pytest.fixture

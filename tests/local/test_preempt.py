@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.cli import main
-from infra.offline.local.plan import JobPlan, PlanError
-from infra.offline.local.preempt import Preempter, Preemption, parse_preemption
-from infra.offline.local.stack import check_preemptions, report, run_plan
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack
+from infra.local.cli import main
+from infra.local.plan import JobPlan, PlanError
+from infra.local.preempt import Preempter, Preemption, parse_preemption
+from infra.local.stack import check_preemptions, report, run_plan
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.services import local_services
+from infra.local.services import local_services
 from tests.infra.conftest import render_config
 
 pytestmark = pytest.mark.slow  # a real S3 server and a bucket filled with MNIST

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.plan import JobPlan
-from infra.offline.local.ports import free_port
-from infra.offline.local.s3 import local_s3
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack
+from infra.local.plan import JobPlan
+from infra.local.ports import free_port
+from infra.local.s3 import local_s3
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.ports import free_port
-from infra.offline.local.s3 import local_s3
-from infra.offline.local.stack import run_rendering
+from infra.local.ports import free_port
+from infra.local.s3 import local_s3
+from infra.local.stack import run_rendering
 from tests.infra.conftest import render_config
 
 pytestmark = pytest.mark.slow  # local runs with the S3 stand-in and the trainer
@@ -147,7 +147,7 @@ def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, mon
 def test_a_port_taken_before_weed_binds_it_starts_the_stand_in_again_on_new_ports(tmp_path, monkeypatch):
     """The stand-in picks free ports, then weed binds them: one taken in between (here the S3 port,
     held by a listener of the test's own) makes weed exit at once, and the stand-in starts it again."""
-    from infra.offline.local import s3 as stand_in
+    from infra.local import s3 as stand_in
 
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]

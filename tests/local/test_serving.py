@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.cluster import cluster_view
-from infra.offline.local import cli
-from infra.offline.local.serve import (
+from infra.local import cli
+from infra.local.serve import (
     LocalDeployment,
     ServeFailed,
     ServerPlan,
@@ -27,11 +26,12 @@ from infra.offline.local.serve import (
     load_test_set,
     local_service,
 )
-from infra.offline.local.serve_stack import ServeOptions, serve_model
-from infra.offline.local.stack import run_rendering
-from infra.offline.local.workloads import plan_workloads
-from infra.offline.manifest import render
-from infra.offline.stackconfig import load_stack
+from infra.local.serve_stack import ServeOptions, serve_model
+from infra.local.stack import run_rendering
+from infra.local.workloads import plan_workloads
+from infra.review.cluster import cluster_view
+from infra.review.manifest import render
+from infra.stackconfig import load_stack
 from tests.infra.conftest import render_config
 from tests.serve.conftest import train
 from tests.trainer.conftest import SHARED_MNIST, subprocess_env
@@ -233,7 +233,7 @@ def test_a_taken_service_port_gives_way_unless_the_user_chose_it():
     says so; a port given with --serve-port is the user's choice and a taken one is one line."""
     import socket
 
-    from infra.offline.local.serve import ServeFailed, local_service
+    from infra.local.serve import ServeFailed, local_service
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

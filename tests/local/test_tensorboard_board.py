@@ -1,4 +1,4 @@
-"""The TensorBoard Deployment's command line (`infra.program.tensorboard`), run here as a real process:
+"""The TensorBoard Deployment's command line (`infra.program.job.tensorboard`), run here as a real process:
 it serves every run's curves under the claim, on loopback, and its readiness check passes once it does."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from infra.offline.local.ports import free_port
-from infra.program.tensorboard import PORT, READY, board_args
+from infra.local.ports import free_port
+from infra.program.job.tensorboard import PORT, READY, board_args
 
 pytestmark = pytest.mark.slow  # a real tensorboard process
 

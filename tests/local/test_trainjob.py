@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.plan import JobPlan, RestartRule
-from infra.offline.local.stack import run_plan
-from infra.offline.local.supervisor import Supervisor
-from infra.offline.local.workloads import plan_stack
-from infra.offline.manifest import Rendering
+from infra.local.plan import JobPlan, RestartRule
+from infra.local.stack import run_plan
+from infra.local.supervisor import Supervisor
+from infra.local.workloads import plan_stack
+from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from infra.offline.admission import Namespace, admit, podsecurity, resources
-from infra.offline.effective import EffectivePod
+from infra.review.admission import Namespace, admit, podsecurity, resources
+from infra.review.effective import EffectivePod
 
 Obj = dict[str, Any]
 NAME = "mnist-r1-worker-0"

@@ -6,10 +6,11 @@ modules together) or under `TYPE_CHECKING`; read from the source with `ast`, so 
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
-from infra.offline.stackconfig import ROOT
+from infra.stackconfig import ROOT
 
 PACKAGES = ("infra", "trainer")
 
@@ -101,6 +102,57 @@ def upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
     )
 
 
+def _paths(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def map_rows() -> list[tuple[list[str], list[str]]]:
+    """CONTRIBUTING.md's map of infra/: per row, its folders or files and what they may import."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    section = text.split("### The map of `infra/`", 1)[1].split("| --- |", 1)[1]
+    rows = []
+    for line in section.splitlines()[1:]:
+        if not line.startswith("| `"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows.append((_paths(cells[0]), _paths(cells[3])))
+    return rows
+
+
+def _module_prefix(path: str) -> str:
+    """`infra/program/job/` -> `infra.program.job`; `infra/stackconfig.py` -> `infra.stackconfig`."""
+    return path.removesuffix("/").removesuffix(".py").replace("/", ".")
+
+
+def owner(module: str, rows: list[tuple[list[str], list[str]]]) -> str | None:
+    """The map's entry (folder or file, as a module prefix) that holds `module`: the longest that does."""
+    found = [
+        _module_prefix(path)
+        for paths, _ in rows
+        for path in paths
+        if module == _module_prefix(path) or module.startswith(_module_prefix(path) + ".")
+    ]
+    return max(found, key=len, default=None)
+
+
+def breaches(edges: dict[str, set[str]], rows: list[tuple[list[str], list[str]]]) -> list[str]:
+    """Each import the map does not allow: `module -> target`."""
+    allowed = {
+        _module_prefix(path): {_module_prefix(a) for a in may} for paths, may in rows for path in paths
+    }
+    rows_of = {_module_prefix(path): {_module_prefix(p) for p in paths} for paths, _ in rows for path in paths}
+    found = []
+    for module, targets in edges.items():
+        home = owner(module, rows)
+        for target in targets:
+            there = owner(target, rows)
+            if home is None or there is None or there in rows_of[home]:
+                continue
+            if not any(there == a or there.startswith(a + ".") for a in allowed[home]):
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
 def test_no_module_imports_one_that_imports_it_back():
     assert circles(graph()) == []
 
@@ -109,11 +161,42 @@ def test_the_program_imports_nothing_of_the_tools_that_exercise_it():
     assert upward(graph()) == []
 
 
+def test_every_module_has_a_place_on_the_map():
+    rows = map_rows()
+    assert len(rows) >= 10
+    unplaced = [name for name, path in modules().items() if owner(name, rows) is None]
+    assert [name for name in unplaced if modules()[name].read_text().strip()] == []
+
+
+def test_every_import_is_one_the_map_allows():
+    assert breaches(graph(), map_rows()) == []
+
+
+def test_the_map_refuses_a_job_part_importing_a_platform_part():
+    """A job stack's part reaching into the platform's: the layer above it."""
+    seed = ROOT / "infra" / "program" / "job" / "seed.py"
+    planted = seed.read_text() + "\n\nfrom infra.program.platform.kserve import KSERVE_NAMESPACE\n"
+    assert breaches(graph({seed: planted}), map_rows()) == [
+        "infra.program.job.seed -> infra.program.platform.kserve"
+    ]
+
+
+def test_the_map_refuses_the_trainer_importing_the_program():
+    launch = ROOT / "trainer" / "launch.py"
+    planted = launch.read_text() + "\n\nimport infra.program.common.meta\n"
+    assert breaches(graph({launch: planted}), map_rows()) == ["trainer.launch -> infra.program.common.meta"]
+
+
 def test_both_checks_see_a_lazy_import_from_the_program_into_the_tools():
-    """What platform.py once held: a function importing the stack file reader of the offline tools, which
-    imports the program's config, which imports platform.py."""
-    platform = ROOT / "infra" / "program" / "platform.py"
-    lazy = "\n\ndef _facts():\n    from infra.offline.stackconfig import load_stack\n"
-    edges = graph({platform: platform.read_text() + lazy})
-    assert upward(edges) == [("infra.program.platform", "infra.offline.stackconfig")]
-    assert ["infra.offline.stackconfig", "infra.program.config", "infra.program.platform"] in circles(edges)
+    """What the platform's facts once held: a function importing the tools' stack file reader, which
+    imports the program's config, which imports the facts."""
+    facts = ROOT / "infra" / "program" / "common" / "platform_facts.py"
+    lazy = "\n\ndef _facts():\n    from infra.stackconfig import load_stack\n"
+    edges = graph({facts: facts.read_text() + lazy})
+    assert upward(edges) == [("infra.program.common.platform_facts", "infra.stackconfig")]
+    assert [
+        "infra.program.common.config",
+        "infra.program.common.platform_facts",
+        "infra.stackconfig",
+    ] in circles(edges)
+    assert "infra.program.common.platform_facts -> infra.stackconfig" in breaches(edges, map_rows())

@@ -8,10 +8,10 @@ import functools
 import sys
 from typing import Any
 
-from infra.offline.manifest import Rendering, render
-from infra.offline.stackconfig import ROOT, load_stack, stack_names
-from infra.offline.upstream import summarised
 from infra.program.settings import PROJECT
+from infra.review.manifest import Rendering, render
+from infra.review.upstream import summarised
+from infra.stackconfig import ROOT, load_stack, stack_names
 from tests.infra.conftest import JOB_STACKS, is_training_job
 
 POLICY_DIR = ROOT / "policy"
@@ -54,7 +54,7 @@ def resources_of(rendering: Rendering) -> list[tuple[str, dict[str, Any]]]:
         for o in rendering.objects
     ]
     # What the stack applies from the vendored upstream manifests: children of the kustomize Directory
-    # or yaml/v2 ConfigFile, under the component that made it (infra/offline/upstream.py). CRDs as the
+    # or yaml/v2 ConfigFile, under the component that made it (infra/review/upstream.py). CRDs as the
     # goldens show them, their schemas as digests: the pack reads no schema, and proxying 14 MB of them
     # through every policy takes half a minute (the local tier's scenario 19 feeds them whole).
     upstream = [

@@ -25,7 +25,7 @@ from pulumi_policy import (  # noqa: E402
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
 
-from infra.offline.stackconfig import ROOT, STAND_IN_DIGEST  # noqa: E402
+from infra.stackconfig import ROOT, STAND_IN_DIGEST  # noqa: E402
 from tests.policy.conftest import (  # noqa: E402
     ALL_STACKS,
     STACKS,
@@ -406,7 +406,8 @@ def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_ref
     for policy in ("no-automounted-token", "images-from-allowed-registries"):
         assert {m.split(":", 1)[0] for p, m in reported if p == policy} == controllers, policy
     assert found == [
-        # The training operator meets both: the platform's transform (infra/program/training_operator.py).
+        # The training operator meets both: the platform's transform
+        # (infra/program/platform/training_operator.py).
         ("requests-and-limits-set", "Deployment kserve-controller-manager"),
         ("requests-and-limits-set", "Deployment kubeflow-trainer-controller-manager"),
         ("workloads-understood", "ClusterStorageContainer default"),

@@ -14,7 +14,7 @@ pytest.importorskip("pulumi_policy")
 
 import crossguard  # noqa: E402
 
-from infra.offline.stackconfig import ROOT  # noqa: E402
+from infra.stackconfig import ROOT  # noqa: E402
 from tests.infra.conftest import render_config  # noqa: E402
 from tests.policy.conftest import ALL_STACKS, POLICY_DIR, resources_of, stack_objects, stack_resources  # noqa: E402
 from tests.policy.test_crossguard import _reported, _urn  # noqa: E402

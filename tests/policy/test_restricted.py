@@ -10,7 +10,7 @@ from __future__ import annotations
 import guardrails as g
 import pytest
 
-from infra.offline.stackconfig import load_stack
+from infra.stackconfig import load_stack
 from tests.policy.conftest import STACKS, stack_objects
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import shutil
 
-from infra.offline.realcluster import manifests
-from infra.program import vendored
-from infra.program.vendored import INDEX, MANIFESTS
+from infra.localcluster import manifests
+from infra.program.common import vendored
+from infra.program.common.vendored import INDEX, MANIFESTS
 
 
 def _as_built() -> tuple[dict[str, bytes], str]:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.offline.local.ports import free_port
-from infra.offline.realcluster import cluster, components, pki
-from infra.offline.realcluster.node import addons, host, images, mirror, netpol, storage
-from infra.offline.realcluster.node.config import (
+from infra.local.ports import free_port
+from infra.localcluster import cluster, components, pki
+from infra.localcluster.node import addons, host, images, mirror, netpol, storage
+from infra.localcluster.node.config import (
     NODE_IP,
     NODE_LABEL,
     PAUSE_IMAGE,
@@ -29,7 +29,7 @@ from infra.offline.realcluster.node.config import (
     kube_proxy_config,
     kubelet_config,
 )
-from infra.offline.realcluster.parts import PARTS, tier_parts
+from infra.localcluster.parts import PARTS, tier_parts
 
 
 @pytest.fixture

@@ -11,24 +11,24 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.offline.realcluster import build, fleet
-from infra.offline.realcluster.__main__ import EXIT_NOT_RUNNING, main
-from infra.offline.realcluster.components import egress_config as _egress_config
-from infra.offline.realcluster.operators import (
+from infra.localcluster import build, fleet
+from infra.localcluster.__main__ import EXIT_NOT_RUNNING, main
+from infra.localcluster.components import egress_config as _egress_config
+from infra.localcluster.operators import (
     MANAGER_CONFIG,
     STAND_INS,
     _manager_config,
     _training_operator_flags,
 )
-from infra.offline.realcluster.parts import PARTS, PROVIDER_MAIN, Part
-from infra.offline.realcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts, local_ports
-from infra.offline.realcluster.standins import field_value as _field
-from infra.offline.realcluster.standins import target_port as _target
-from infra.offline.realcluster.supervisor import _volume
-from infra.offline.stackconfig import load_stack
-from infra.program.config import settings_from_raw
-from infra.program.scheduling import node_selector, tolerations
+from infra.localcluster.parts import PARTS, PROVIDER_MAIN, Part
+from infra.localcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts, local_ports
+from infra.localcluster.standins import field_value as _field
+from infra.localcluster.standins import target_port as _target
+from infra.localcluster.supervisor import _volume
+from infra.program.common.config import settings_from_raw
+from infra.program.common.scheduling import node_selector, tolerations
 from infra.program.settings import parse_quantity
+from infra.stackconfig import load_stack
 
 SHIPPED_JOB_STACKS = ["dev", "gke-gpu", "gke-trainjob", "eks-gpu", "aks-gpu"]
 
@@ -118,7 +118,7 @@ def test_the_part_key_follows_the_pin_and_nothing_else(tmp_path, monkeypatch):
     wrapper.mkdir(parents=True)
     (wrapper / "go.mod").write_text("module demo\n")
     (wrapper / "go.sum").write_text("a v1 h1:x\n")
-    monkeypatch.setattr("infra.offline.realcluster.parts.PARTS_DIR", tmp_path / "parts")
+    monkeypatch.setattr("infra.localcluster.parts.PARTS_DIR", tmp_path / "parts")
     part = Part("demo", {"demo": "example.com/demo"})
     first = build.part_key(part, "go1.26.8")
     assert build.part_key(part, "go1.26.8") == first
@@ -210,7 +210,7 @@ def test_an_unknown_command_is_a_usage_error():
 
 
 def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
-    from infra.offline.realcluster.rehearse import rehearsal_config
+    from infra.localcluster.rehearse import rehearsal_config
 
     config = rehearsal_config("dev", ["minioAccessKey=a", "ddp-mnist:minioBucket=other"])
     assert config.secrets["ddp-mnist:minioAccessKey"] == "a"
@@ -225,7 +225,7 @@ def test_a_rehearsal_takes_the_stack_file_and_sets_the_s3_keys_as_secrets():
 def test_a_malformed_set_is_refused_with_one_line_and_exit_2_before_anything_runs(
     tmp_path, capsys, monkeypatch
 ):
-    from infra.offline.realcluster import rehearse
+    from infra.localcluster import rehearse
 
     monkeypatch.setattr(rehearse, "alive", lambda pid: True)
     state = tmp_path / "state"
@@ -243,7 +243,7 @@ def test_a_malformed_set_is_refused_with_one_line_and_exit_2_before_anything_run
 
 
 def test_a_rehearsal_without_a_running_cluster_exits_6(tmp_path, capsys):
-    from infra.offline.realcluster import rehearse
+    from infra.localcluster import rehearse
 
     assert rehearse.main(["--stack", "dev", "--state", str(tmp_path / "none")]) == rehearse.EXIT_NOT_RUNNING
     assert "start it with `make cluster-up`" in capsys.readouterr().err
@@ -253,7 +253,7 @@ def test_a_build_that_finishes_second_keeps_the_first_ones_binaries(tmp_path, mo
     wrapper = tmp_path / "parts" / "demo"
     wrapper.mkdir(parents=True)
     (wrapper / "go.mod").write_text("module demo\n")
-    monkeypatch.setattr("infra.offline.realcluster.parts.PARTS_DIR", tmp_path / "parts")
+    monkeypatch.setattr("infra.localcluster.parts.PARTS_DIR", tmp_path / "parts")
     monkeypatch.setenv("DDP_MNIST_CACHE", str(tmp_path / "cache"))
     part = Part("demo", {"demo": "example.com/demo"})
     target = build.part_dir(part, "go1.26.8")
@@ -367,7 +367,7 @@ def test_a_stand_in_sees_its_own_tmp_and_service_account_even_with_its_state_und
 def test_a_rehearsal_sets_no_source_for_the_vendored_manifests_and_chart():
     """The platform's manifests (infra/manifests) and a prerequisites stack's chart (infra/charts) are
     vendored: a rehearsal sets no source for them."""
-    from infra.offline.realcluster.rehearse import rehearsal_config
+    from infra.localcluster.rehearse import rehearsal_config
 
     prerequisites = rehearsal_config("dev-prereqs", [])
     assert "ddp-mnist:nfsCsiChart" not in prerequisites.plain

@@ -13,18 +13,18 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from infra.offline.realcluster import rehearse
-from infra.offline.realcluster.cluster import State
-from infra.offline.realcluster.expected import missing_prerequisites
-from infra.offline.realcluster.kube import Client
-from infra.offline.realcluster.rehearse import (
+from infra.localcluster import rehearse
+from infra.localcluster.cluster import State
+from infra.localcluster.expected import missing_prerequisites
+from infra.localcluster.kube import Client
+from infra.localcluster.rehearse import (
     EXIT_FAILED,
     EXIT_MISSING,
     RehearsalConfig,
     rehearsal_config,
     write_stack_file,
 )
-from infra.offline.stackconfig import STAND_IN_DIGEST, StackNotFound, project_file, stack_names, stacks_dir
+from infra.stackconfig import STAND_IN_DIGEST, StackNotFound, project_file, stack_names, stacks_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 

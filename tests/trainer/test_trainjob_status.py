@@ -179,7 +179,7 @@ def test_an_endpoint_that_fails_is_tried_again_with_one_line(
 def test_no_endpoint_costs_the_loop_nothing(
     endpoint: StatusEndpoint, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from infra.offline.local.ports import free_port
+    from infra.local.ports import free_port
 
     closed = (
         f"https://127.0.0.1:{free_port()}/apis/trainer.kubeflow.org/v1alpha1/namespaces/a/trainjobs/b/status"
@@ -232,7 +232,7 @@ def test_the_trainer_reports_to_the_endpoint_trainer_injects(
     with status_endpoint(tmp_path / "endpoint") as endpoint:
         url = endpoint.url
         if mode == "down":
-            from infra.offline.local.ports import free_port
+            from infra.local.ports import free_port
 
             url = url.replace(url.split("/")[2], f"127.0.0.1:{free_port()}")
         env = procs.env(

@@ -91,7 +91,7 @@ from trainer.serve.protocol import Model
 from trainer.serve.server import EXIT_LISTEN, ServeError, open_server
 
 # Every exit code of the process and its short meaning: `--help` lists them, and
-# docs/reference/exit-codes.md is generated from them (python -m infra.offline.reference).
+# docs/reference/exit-codes.md is generated from them (python -m infra.reference).
 EXIT_CODE_MEANINGS = {
     0: "stopped by SIGTERM or SIGINT",
     EXIT_INTERNAL: "internal error",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
-from infra.program.meta import CHECKPOINT_MOUNT, DATA_MOUNT
+from infra.program.common.meta import CHECKPOINT_MOUNT, DATA_MOUNT
 from infra.program.settings import Settings
 from infra.program.settings.interconnect import host_mounts, split_pair
 
@@ -20,7 +20,7 @@ BASELINE_CAPABILITIES = frozenset(
     }
 )  # fmt: skip
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-# What the trainer container's env holds already (infra/program/podspec.py, rendezvous_env, s3_env,
+# What the trainer container's env holds already (infra/program/job/podspec.py, rendezvous_env, s3_env,
 # lineage_env).
 BUNDLE_ENV = frozenset(
     {

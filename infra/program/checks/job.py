@@ -57,7 +57,7 @@ def resources(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 
 def scheduling(s: Settings, _: bool) -> Iterator[ConfigError]:
-    from infra.program.scheduling import SchedulingError, affinity_terms, node_selector, tolerations
+    from infra.program.common.scheduling import SchedulingError, affinity_terms, node_selector, tolerations
 
     for name, parse, value in (
         ("jobNodeSelector", node_selector, s.job_node_selector),

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
+from infra.program.common.vendored import TRAINING_OPERATOR, vendored
 from infra.program.settings import SMOKE_NAMESPACE, Settings
-from infra.program.vendored import TRAINING_OPERATOR, vendored
 
 
 def unpinned_source(key: str, source: str) -> list[ConfigError]:
@@ -169,7 +169,7 @@ def operator_patch(s: Settings, _: bool) -> Iterator[ConfigError]:
 
 def smoke_namespace(s: Settings, _: bool) -> Iterator[ConfigError]:
     """The post-install smoke check's namespace belongs to the smoke check: its job runs, and is deleted,
-    there (infra/program/smoke.py)."""
+    there (infra/program/platform/smoke.py)."""
     keys = [
         k
         for k, on in (

@@ -101,7 +101,12 @@ def external_egress(s: Settings, _: bool) -> Iterator[ConfigError]:
     since without them the NetworkPolicies let the pods reach public addresses alone."""
     import ipaddress
 
-    from infra.program.isolation import NOT_PUBLIC_V4, NOT_PUBLIC_V6, s3_destination, tracking_destination
+    from infra.program.common.isolation import (
+        NOT_PUBLIC_V4,
+        NOT_PUBLIC_V6,
+        s3_destination,
+        tracking_destination,
+    )
 
     not_public = [ipaddress.ip_network(c) for c in (*NOT_PUBLIC_V4, *NOT_PUBLIC_V6)]
     tracking_host = s.mlflow_tracking_uri.partition("://")[2].split("/", 1)[0].partition(":")[0]

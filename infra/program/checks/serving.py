@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from infra.program.checks.budget import board_share
 from infra.program.checks.errors import ConfigError
 from infra.program.checks.operators import unvendored_version
+from infra.program.common.vendored import KSERVE
 from infra.program.settings import Settings, parse_quantity
-from infra.program.vendored import KSERVE
 
 
 def serving(s: Settings, _: bool) -> Iterator[ConfigError]:

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from infra.program.checks.errors import ConfigError
 from infra.program.checks.operators import unpinned_source, unvendored_version
+from infra.program.common.vendored import TRAINER
 from infra.program.settings import Settings
-from infra.program.vendored import TRAINER
 
 
 def trainer_install(s: Settings, _: bool) -> Iterator[ConfigError]:

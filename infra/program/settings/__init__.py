@@ -85,7 +85,8 @@ class Settings(
     NamespaceBudgetSettings,
     ClusterSettings,
 ):
-    """Everything one stack needs; built once from stack config by `infra.program.config.load_settings`."""
+    """Everything one stack needs; built once from stack config by
+    `infra.program.common.config.load_settings`."""
 
     @property
     def smoke_checks(self) -> tuple[bool, bool]:

@@ -110,7 +110,8 @@ class OperatorSettings(SettingsGroup):
         return value
 
 
-# The namespace the post-install smoke check creates, runs its jobs in and deletes (infra/program/smoke.py).
+# The namespace the post-install smoke check creates, runs its jobs in and deletes
+# (infra/program/platform/smoke.py).
 SMOKE_NAMESPACE = f"{PROJECT}-smoke"
 
 

@@ -23,7 +23,7 @@ MINIO_ENDPOINT = f"{MINIO}.{MINIO_NAMESPACE}.svc.cluster.local:{MINIO_PORT}"
 
 # csi-driver-nfs's chart as upstream publishes it in its repository at the release tag (NFS_CSI_CHART_URL),
 # vendored at NFS_CSI_CHART (relative to the project root) and applied only when its sha256 is upstream's:
-# nothing is fetched, and an archive changed in place stops the preview (infra/program/vendored.py).
+# nothing is fetched, and an archive changed in place stops the preview (infra/program/common/vendored.py).
 NFS_CSI_VERSION = "v4.11.0"
 NFS_CSI_CHART_URL = (
     f"https://raw.githubusercontent.com/kubernetes-csi/csi-driver-nfs/{NFS_CSI_VERSION}/charts/"

@@ -8,7 +8,7 @@ from pydantic import field_validator
 
 from infra.program.settings.base import DNS_LABEL, SettingsGroup, key, quantity, release_tag
 
-# The TensorBoard pod's requests (infra/program/tensorboard.py); they count against the namespace's
+# The TensorBoard pod's requests (infra/program/job/tensorboard.py); they count against the namespace's
 # quota (infra/program/checks/budget.py).
 TENSORBOARD_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 
