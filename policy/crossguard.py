@@ -236,7 +236,9 @@ def _job_budget(args: StackValidationArgs, report_violation: ReportViolation) ->
 
 def policies() -> list[Policy]:
     """Every guardrail: mandatory ones (lower one with the pack's config if needed), and advisory
-    `images-by-digest`, which warns without stopping an update."""
+    `images-by-digest`, which warns without stopping an update.
+
+    One entry per policy, in the pack's order: a flat list, clearer whole than split."""
     return [
         resource_policy(
             "gpu-limits-match-processes",

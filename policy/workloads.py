@@ -150,7 +150,10 @@ def _is_trainer(rjob: Obj) -> bool:
 
 
 def pod_templates(obj: Obj) -> list[PodTemplate]:
-    """The pod templates of a workload object (empty for anything that makes no pods, or is not read)."""
+    """The pod templates of a workload object (empty for anything that makes no pods, or is not read).
+
+    One branch per workload kind the pack reads, with its two helpers: a flat table, clearer whole than
+    split."""
     spec = obj.get("spec") or {}
     namespace = (obj.get("metadata") or {}).get("namespace", "")
     where = name_of(obj)

@@ -130,6 +130,8 @@ def path_or_s3_url(text: str) -> str:
 
 
 def build_parser() -> OneLineArgumentParser:
+    """One `add_argument` per flag, in the order `--help` lists them: a flat list, clearer whole than
+    split."""
     parser = OneLineArgumentParser(
         prog=PROG,
         description="Train a small CNN on MNIST with DistributedDataParallel. Run it plainly "

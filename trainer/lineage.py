@@ -15,7 +15,7 @@
 
 Everything but ``run`` is fixed by the settings, the data, the image and the stack: two runs of the
 same settings on the same data give records that differ in ``run`` only (``tests/trainer/
-test_lineage.py`` trains twice and compares). The pod builder (``infra/program/job/podspec.py``) sets the
+test_lineage.py`` trains twice and compares). The pod builder (``infra/program/job/env.py``) sets the
 ``DDP_MNIST_*`` variables read here; the image's build arguments set its source commit and build
 time (``Dockerfile``). The file's sha256 is in the SHA256SUMS beside it (:func:`trainer.metrics.
 export_results`), so ``sha256sum -c SHA256SUMS`` checks it with model.pt, and the model server
@@ -39,7 +39,7 @@ from trainer.cli import TrainConfig
 from trainer.metrics import MODEL_FILE
 
 SCHEMA = "ddp-mnist.lineage/v1"
-# Set by the pod builder (infra/program/job/podspec.py lineage_env) and by the image (Dockerfile).
+# Set by the pod builder (infra/program/job/env.py lineage_env) and by the image (Dockerfile).
 STACK_ENV = "DDP_MNIST_STACK"
 JOB_ENV = "DDP_MNIST_JOB"
 IMAGE_ENV = "DDP_MNIST_IMAGE"

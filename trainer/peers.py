@@ -24,7 +24,7 @@ another pod; ``--dist-timeout`` + ``--shutdown-timeout`` (30 s) + ~1 s when it s
 the rank that noticed (twice the grace for a process stuck in the kernel). Measured here with
 ``--dist-timeout=10`` and a rank frozen by SIGSTOP: 10.4 s across pods, 40.5 s within one.
 
-With nccl the pods set ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (``infra/program/job/podspec.py``; torch's
+With nccl the pods set ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` (``infra/program/job/env.py``; torch's
 default is 3): the watchdog thread aborts the communicators and takes the process down itself
 (SIGABRT, exit 134: >= 128, so retried too, but without this line) when it
 catches a timeout before Python does; the NCCL messages below are those that reach Python

@@ -6,34 +6,28 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer import checkpoint, dist, engine, peers, preempt
 from trainer.cli import TrainConfig
-from trainer.data import MnistTensors, load_mnist
-from trainer.errors import OutputError, PeerLostError, PreemptedError, StoppedWithPeersError, write_line
+from trainer.data import load_mnist
+from trainer.errors import OutputError, PeerLostError, PreemptedError, StoppedWithPeersError
+from trainer.finish import finish
 from trainer.fsio import writable_dir
 from trainer.metrics import (
-    LINEAGE_FILE,
-    METRICS_FILE,
-    MODEL_FILE,
     EpochRecord,
     Stopwatch,
-    export_results,
-    peak_rss_mib,
-    record_restart,
 )
-from trainer.model import build_model, state_dict_sha256
+from trainer.model import build_model
 from trainer.progress import ConsoleSink, Progress, RunInfo, Sink
-from trainer.scaling import BatchPlan, plan_batches, scaled_lr
+from trainer.resume import mid_epoch, resume, snapshot
+from trainer.run import Run, Start, log
+from trainer.scaling import plan_batches, scaled_lr
 
 # The one-cycle schedule (torch.optim.lr_scheduler.OneCycleLR): warm up over PCT_START of the steps
 # from max_lr / DIV_FACTOR to max_lr, then anneal (cosine) to max_lr / (DIV_FACTOR * FINAL_DIV_FACTOR).
@@ -42,47 +36,11 @@ DIV_FACTOR = 25.0
 FINAL_DIV_FACTOR = 1e4
 
 
-@dataclass
-class Run:
-    """Everything one process trains with; built once by :func:`setup`."""
-
-    config: TrainConfig
-    env: dist.DistEnv
-    backend: str
-    device: torch.device
-    data: MnistTensors
-    plan: BatchPlan
-    lr: float
-    module: nn.Module
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.OneCycleLR
-    started: float
-    clock: Stopwatch
-
-
-@dataclass
-class Start:
-    """Where an attempt starts: after ``epoch`` epochs and ``step`` steps of the next one."""
-
-    epoch: int = 0
-    step: int = 0
-    loss_sum: float = 0.0  # this rank's training loss summed over those ``step`` steps
-    train_seconds: float = 0.0  # the time they took (rank 0's)
-    history: list[EpochRecord] = field(default_factory=list)
-
-
 def warmup_fraction(total_steps: int) -> float:
     """OneCycleLR's pct_start; it divides by ``pct_start * total_steps - 1``, so avoid exactly 1."""
     if abs(PCT_START * total_steps - 1) < 1e-9:
         return 1.5 / total_steps
     return PCT_START
-
-
-def log(env: dist.DistEnv, message: str) -> None:
-    """Rank 0 alone prints progress, on stdout."""
-    if env.is_main:
-        write_line(f"trainer: {message}", sys.stdout)
 
 
 def seed_everything(seed: int) -> None:
@@ -155,111 +113,6 @@ def describe(run: Run) -> str:
         f"global_batch={plan.global_batch} steps_per_epoch={plan.steps_per_epoch} "
         f"epochs={run.config.epochs} lr={run.lr:g} train_images={len(run.data.train_y)}"
     )
-
-
-def snapshot(
-    run: Run,
-    epoch: int,
-    history: list[EpochRecord],
-    step: int = 0,
-    loss_sums: list[float] | None = None,
-    train_seconds: float = 0.0,
-) -> dict[str, Any]:
-    """A checkpoint's state after ``epoch`` epochs and ``step`` steps of the next; ``loss_sums`` are
-    each rank's training loss summed over those steps, ``train_seconds`` the time they took."""
-    cuda_rng = torch.cuda.get_rng_state_all() if run.device.type == "cuda" else []
-    return {
-        "epoch": epoch,
-        "step": step,
-        "loss_sums": loss_sums or [],
-        "train_seconds": train_seconds,
-        "epochs": run.config.epochs,
-        "total_steps": run.plan.steps_per_epoch * run.config.epochs,
-        "model": run.module.state_dict(),
-        "optimizer": run.optimizer.state_dict(),
-        "scheduler": run.scheduler.state_dict(),
-        "rng": {"torch": torch.get_rng_state(), "cuda": cuda_rng, "python": random.getstate()},
-        "history": [record.as_dict() for record in history],
-    }
-
-
-def resume(run: Run) -> Start:
-    """Rank 0 picks the newest valid checkpoint and sends its bytes to all ranks; all load it."""
-    message = b""
-    if run.env.is_main:
-        found = checkpoint.newest_valid(run.config.checkpoint_dir, lambda line: log(run.env, line))
-        message = b"" if found is None else str(found[0]).encode() + b"\n" + found[1]
-    message = dist.broadcast_bytes(message, run.device)
-    if not message:
-        log(run.env, f"no checkpoint in {run.config.checkpoint_dir}; starting at epoch 1")
-        return Start()
-    raw_path, _, payload = message.partition(b"\n")
-    path = raw_path.decode()
-    state = checkpoint.decode(payload, run.device)
-    total_steps = run.plan.steps_per_epoch * run.config.epochs
-    if state["total_steps"] != total_steps:
-        why = (
-            f"schedule changed: {path} was written by a run with {state['total_steps']} total steps "
-            f"(--epochs={state['epochs']}), this run has {total_steps}"
-        )
-        return superseded(run, state, why, "that schedule's")
-    if not model_fits(run.module, state["model"]):
-        why = f"model changed: {path} holds parameters of another model (names or shapes differ)"
-        return superseded(run, state, why, "that model's")
-    run.module.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"]["torch"].cpu())
-    if state["rng"]["cuda"]:
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["rng"]["cuda"]])
-    random.setstate(state["rng"]["python"])
-    start = Start(
-        state["epoch"],
-        state.get("step", 0),
-        rank_loss_sum(state.get("loss_sums", []), run.env),
-        state.get("train_seconds", 0.0),
-        [EpochRecord(**record) for record in state["history"]],
-    )
-    within = f", {mid_epoch(run, start.epoch, start.step)}" if start.step else ""
-    log(run.env, f"resumed from {path} (epoch {start.epoch}/{run.config.epochs}{within})")
-    return start
-
-
-def mid_epoch(run: Run, epoch: int, step: int) -> str:
-    """``step 13/50 of epoch 2``: where a run is ``step`` steps after ``epoch`` epochs."""
-    return f"step {step}/{run.plan.steps_per_epoch} of epoch {epoch + 1}"
-
-
-def rank_loss_sum(loss_sums: list[float], env: dist.DistEnv) -> float:
-    """This rank's share of a mid-epoch checkpoint's loss sums: its own under the same world size
-    (the epoch's mean loss is then the uninterrupted run's, bit for bit); else rank 0 takes the total."""
-    if len(loss_sums) == env.world_size:
-        return loss_sums[env.rank]
-    return sum(loss_sums) if env.is_main else 0.0
-
-
-def model_fits(module: nn.Module, saved: dict[str, torch.Tensor]) -> bool:
-    """Whether a checkpoint's ``saved`` state_dict has this model's names and shapes (a checkpoint
-    written before the model's layout changed has not)."""
-    current = module.state_dict()
-    return saved.keys() == current.keys() and all(saved[k].shape == v.shape for k, v in current.items())
-
-
-def superseded(run: Run, state: dict[str, Any], why: str, whose: str) -> Start:
-    """The newest checkpoint has another schedule or model: rank 0 moves its files aside, and every
-    rank starts at epoch 1 (all ranks decoded the same checkpoint, so all agree)."""
-    config = run.config
-    moved = "its files"
-    if run.env.is_main:
-        results = [config.output_dir / name for name in (METRICS_FILE, MODEL_FILE, LINEAGE_FILE)]
-        if config.tensorboard_dir is not None:
-            results.append(config.tensorboard_dir)
-        moved = str(checkpoint.supersede(config.checkpoint_dir, state["total_steps"], results))
-    log(
-        run.env,
-        f"{why}; moved {whose} checkpoints, results and curves to {moved}; starting at epoch 1",
-    )
-    return Start()
 
 
 def run_info(run: Run, start: Start) -> RunInfo:
@@ -446,92 +299,6 @@ def stop_at(
     raise StoppedWithPeersError(
         f"{signame} on another rank: stopped at {where} with it; a restart resumes from {path}"
     )
-
-
-def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
-    """Gather per-rank checksums and memory, then rank 0 exports model.pt and metrics.json.
-
-    A restart of a finished run trained nothing: it keeps that run's files and figures and only
-    appends itself to ``restarts`` in metrics.json.
-    """
-    dist.broadcast_buffers_from_main(run.module)
-    checksums = [
-        raw.decode() for raw in dist.gather_bytes(state_dict_sha256(run.module).encode(), run.device)
-    ]
-    rss = [
-        round(float(raw.decode()), 1)
-        for raw in dist.gather_bytes(f"{peak_rss_mib():.1f}".encode(), run.device)
-    ]
-    if run.env.is_main:
-        metrics_path = run.config.output_dir / METRICS_FILE
-        log(run.env, f"time {run.clock.line()}")
-        if resumed_from >= run.config.epochs and record_restart(
-            run.config.output_dir, history, restart_record(run, resumed_from)
-        ):
-            log(run.env, f"kept {metrics_path} and model.pt of the finished run; recorded this restart")
-        else:
-            export_results(
-                run.config.output_dir,
-                run.module,
-                history,
-                results(run, resumed_from, checksums, rss),
-                partial(lineage_bytes, run, resumed_from),
-            )
-            log(run.env, f"wrote {metrics_path} and model.pt")
-    dist.wait_for_all_ranks()
-
-
-def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float]) -> dict[str, Any]:
-    """metrics.json's run-level fields (the per-epoch figures come from the history)."""
-    return {
-        "world_size": run.env.world_size,
-        "backend": run.backend,
-        "device": str(run.device),
-        "scaling": run.config.scaling,
-        "per_rank_batch": run.plan.per_rank_batch,
-        "global_batch": run.plan.global_batch,
-        "steps_per_epoch": run.plan.steps_per_epoch,
-        "lr": run.lr,
-        "epochs": run.config.epochs,
-        "resumed_from_epoch": resumed_from,
-        "wall_time_s": time.perf_counter() - run.started,
-        "started_unix": run.clock.started_unix,
-        "phase_seconds": run.clock.seconds,
-        "state_dict_sha256_per_rank": checksums,
-        "peak_rss_mib_per_rank": rss,
-        "restarts": [],
-    }
-
-
-def lineage_bytes(run: Run, resumed_from: int, model_sha256: str, summary: dict[str, Any]) -> bytes:
-    """lineage.json for :func:`trainer.metrics.export_results` (see :mod:`trainer.lineage`)."""
-    from trainer import lineage
-
-    return lineage.encode(
-        lineage.record(
-            run.config,
-            model_sha256=model_sha256,
-            summary=summary,
-            world_size=run.env.world_size,
-            backend=run.backend,
-            device=str(run.device),
-            started_unix=run.clock.started_unix,
-            resumed_from_epoch=resumed_from,
-            data=run.data.files,
-        )
-    )
-
-
-def restart_record(run: Run, resumed_from: int) -> dict[str, Any]:
-    """One ``restarts`` entry: when a finished run was started again, and that it trained nothing."""
-    return {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "resumed_from_epoch": resumed_from,
-        "epochs_trained": 0,
-        "world_size": run.env.world_size,
-        "wall_time_s": time.perf_counter() - run.started,
-        "outcome": "run already finished; metrics.json and model.pt kept",
-    }
 
 
 def run_training(config: TrainConfig, started: float) -> None:

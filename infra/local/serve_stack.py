@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from infra.local.evaluate import evaluate, find_test_set, load_test_set
 from infra.local.plan import JobPlan
 from infra.local.serve import (
     LocalDeployment,
     LocalService,
     ServeFailed,
-    evaluate,
-    find_test_set,
-    load_test_set,
     local_service,
     plan_servers,
     server_pods,

@@ -119,7 +119,10 @@ def _tcp_open(port: int) -> Callable[[], bool]:
 
 
 def up(state: State, say: Callable[[str], None] = print) -> dict:
-    """Start the cluster; its state (ports, pids, kubeconfig) once every part is ready."""
+    """Start the cluster; its state (ports, pids, kubeconfig) once every part is ready.
+
+    Long on purpose: each part of the control plane started in the order the next one needs it, with the wait
+    that proves it ready."""
     if state.read().get("pids"):
         raise ClusterError(
             f"cluster: already running from {state.directory} (stop it with `make cluster-down`)"

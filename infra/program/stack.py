@@ -15,10 +15,14 @@ from infra.program.common.credentials import ObjectStoreCredentials, ca_bundle_c
 from infra.program.common.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
 from infra.program.common.meta import JOB_LABEL, JobNames, job_names, labels
 from infra.program.job.budget import NamespaceBudget, has_budget
-from infra.program.job.jobs import IndexedJob, JobInputs, JobQueue, PyTorchJob, after_success, training_logs
+from infra.program.job.indexedjob import IndexedJob
+from infra.program.job.jobs import JobInputs, after_success, training_logs
+from infra.program.job.model_server import ModelServer
 from infra.program.job.podspec import model_export_uri
+from infra.program.job.pytorchjob import PyTorchJob
+from infra.program.job.queue import JobQueue
 from infra.program.job.seed import DataSeed
-from infra.program.job.serving import ModelServer, serve_example
+from infra.program.job.serving import serve_example
 from infra.program.job.tensorboard import TensorBoard
 from infra.program.job.trainjob import TrainJob
 from infra.program.job.trainjob import status_command as trainjob_status_command
@@ -146,7 +150,10 @@ def build(
 ) -> dict[str, pulumi.Input[object]]:
     """Registers every resource of the stack; returns the stack outputs (no secret among them). `watch`
     is how `pulumi up` waits for the seed and the job (`main` passes one reading the cluster; without,
-    as under mocks, the outcomes come from the jobs' recorded status)."""
+    as under mocks, the outcomes come from the jobs' recorded status).
+
+    Long on purpose: the one place that composes the roles, in the order their resources depend on each other;
+    each step is one call into a role's package."""
     from infra.program.common.storage import TrainingStorage
 
     if settings.stack_role == "platform":

@@ -158,6 +158,6 @@ def test_jobextraenv_refuses_every_variable_the_bundle_derives_and_only_those(ki
 
 def test_the_preview_check_and_the_admission_model_allow_the_same_baseline_capabilities() -> None:
     from infra.program.checks.interconnect import BASELINE_CAPABILITIES
-    from infra.review.admission.podsecurity import DEFAULT_CAPABILITIES
+    from infra.review.admission.podsecurity.baseline import DEFAULT_CAPABILITIES
 
     assert set(DEFAULT_CAPABILITIES) == set(BASELINE_CAPABILITIES)

@@ -8,7 +8,7 @@ import pytest
 
 from infra.review.cluster import cluster_view, effective_yaml
 from infra.review.manifest import REDACTED, RecordingMocks, render, to_yaml
-from infra.review.render import summary
+from infra.review.summary import summary
 from tests.infra.conftest import BASE, by_kind, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"

@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 
 from infra.local import cli
+from infra.local.evaluate import infer_body, load_test_set
 from infra.local.serve import (
     LocalDeployment,
     ServeFailed,
     ServerPlan,
-    infer_body,
-    load_test_set,
     local_service,
 )
 from infra.local.serve_stack import ServeOptions, serve_model

@@ -140,7 +140,9 @@ def breaches(edges: dict[str, set[str]], rows: list[tuple[list[str], list[str]]]
     allowed = {
         _module_prefix(path): {_module_prefix(a) for a in may} for paths, may in rows for path in paths
     }
-    rows_of = {_module_prefix(path): {_module_prefix(p) for p in paths} for paths, _ in rows for path in paths}
+    rows_of = {
+        _module_prefix(path): {_module_prefix(p) for p in paths} for paths, _ in rows for path in paths
+    }
     found = []
     for module, targets in edges.items():
         home = owner(module, rows)

@@ -148,6 +148,8 @@ def non_negative(text: str) -> int:
 
 
 def build_parser() -> OneLineParser:
+    """One `add_argument` per flag, in the order `--help` lists them: a flat list, clearer whole than
+    split."""
     parser = OneLineParser(
         prog="python -m trainer.serve",
         description="Serve the trained MNIST model over the Open Inference Protocol (KServe V2 REST).",

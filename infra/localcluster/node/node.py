@@ -159,7 +159,10 @@ def _write_files(state: State, dirs: NodeDirs) -> None:
 
 
 def up(state: State, say: Callable[[str], None] = print) -> dict:
-    """Start the node on the running cluster of `state`; the node's state (pids, image references)."""
+    """Start the node on the running cluster of `state`; the node's state (pids, image references).
+
+    Long on purpose: each part of the node started in the order the next one needs it, with the wait that
+    proves it ready."""
     dirs = dirs_of(state)
     if _read(dirs).get("pids"):
         raise NodeError(f"node: already running from {dirs.root} (stop it with `make cluster-down`)")

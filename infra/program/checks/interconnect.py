@@ -20,8 +20,8 @@ BASELINE_CAPABILITIES = frozenset(
     }
 )  # fmt: skip
 RESTRICTED_CAPABILITIES = frozenset({"NET_BIND_SERVICE"})
-# What the trainer container's env holds already (infra/program/job/podspec.py, rendezvous_env, s3_env,
-# lineage_env).
+# What the trainer container's env holds already (infra/program/job/podspec.py rendezvous_env,
+# infra/program/job/env.py s3_env and lineage_env).
 BUNDLE_ENV = frozenset(
     {
         "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "HOME", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "AWS_ENDPOINT_URL",

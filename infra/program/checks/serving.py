@@ -13,7 +13,10 @@ from infra.program.settings import Settings, parse_quantity
 
 def serving(s: Settings, _: bool) -> Iterator[ConfigError]:
     """The server follows the training job: only where a job runs, only after it is known to have
-    succeeded, and from where the job put its model."""
+    succeeded, and from where the job put its model.
+
+    One rule after another, each a yield of its own; split, the order that decides the first error would be
+    harder to see."""
     if s.stack_role == "job" and s.kserve_install:
         yield ConfigError(
             "kserveInstall",

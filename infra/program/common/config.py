@@ -104,7 +104,10 @@ def settings_from_raw(raw: Mapping[str, str], secret_keys: set[str]) -> tuple[Se
     whether the S3 key pair is set. Raises ConfigError for the first bad key.
 
     `secret_keys` are the full keys set with `--secret` (or `secure:` in the stack file); any of them
-    other than the credential pair is refused, never shown."""
+    other than the credential pair is refused, never shown.
+
+    Each stage of reading a key (its name, its secrecy, its type, then the cross-field rules) stays in one
+    place so the first error reported follows the stack file's order."""
     aliases = _aliases()
     values: dict[str, Any] = {}
     prefix = f"{PROJECT}:"

@@ -10,7 +10,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.common.meta import (
-    CONTAINER,
     JOB_LABEL,
     PERMANENT_EXIT_CODES,
     STOPPED_WITH_PEERS_EXIT_CODES,
@@ -18,8 +17,8 @@ from infra.program.common.meta import (
     labels,
 )
 from infra.program.common.outcome import DONE_CONDITION, FAILED_CONDITIONS, job_outcome
-from infra.program.job.podspec import pod_labels, pod_template, rendezvous_env
-from infra.program.settings import PROJECT, Settings
+from infra.program.job.podspec import pod_template
+from infra.program.settings import Settings
 
 if TYPE_CHECKING:
     from infra.program.job.runwatch import RunWatch
@@ -240,18 +239,7 @@ def replace_on_any_change(after: tuple[pulumi.Resource, ...]) -> pulumi.Resource
     )
 
 
-def pytorchjob_backoff_limit(settings: Settings) -> int:
-    """runPolicy.backoffLimit meaning "jobBackoffLimit incidents survived".
-
-    With OnFailure the operator (v1.9.4 `pkg/core/job.go` PastBackoffLimit) fails the job once the sum
-    of container restarts over all running pods reaches backoffLimit; one lost rank breaks the
-    collective and restarts every pod's container, so each incident counts jobNodes restarts. The job
-    survives jobBackoffLimit incidents and fails at the next.
-    """
-    return settings.job_backoff_limit * settings.job_nodes + 1
-
-
-def _template(
+def job_template(
     settings: Settings,
     inputs: JobInputs,
     extra_env: Sequence[k8s.core.v1.EnvVarArgs] = (),
@@ -269,182 +257,3 @@ def _template(
         subdomain=subdomain,
         restart_policy=restart_policy,
     )
-
-
-class PyTorchJob(pulumi.ComponentResource):
-    """A kubeflow.org/v1 PyTorchJob: one Master and jobNodes-1 Workers, nprocPerNode processes each.
-
-    A preempted pod, under the default restartPolicy ExitCode (training operator v1.9.4): the operator
-    reads no pod condition (no DisruptionTarget rule exists for it); an evicted pod is deleted and
-    `pkg/controller.v1/common/pod.go` ReconcilePods creates its replica anew, and a pod failed by a
-    node shutdown (exit 143 from SIGTERM, 137 from SIGKILL, or no terminated state at all, which it
-    reads as 0xbeef) has a retryable code (`pkg/util/train/train_util.go`: >= 128) and is deleted and
-    recreated the same way. Neither is counted against backoffLimit (`pkg/core/job.go`
-    PastBackoffLimit sums the container restarts of running pods; a new pod has none), nor are the
-    peers' own retryable exits: jobActiveDeadlineSeconds bounds them all (`checks/job.py`).
-    """
-
-    job_name: pulumi.Output[str]
-
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        inputs: JobInputs,
-        namespace: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{PROJECT}:training:PyTorchJob", name, {}, opts)
-        template = _template(settings, inputs)
-        replica = {"restartPolicy": settings.job_restart_policy, "template": template}
-        replicas = {"Master": {"replicas": 1, **replica}}
-        if settings.job_nodes > 1:
-            replicas["Worker"] = {"replicas": settings.job_nodes - 1, **replica}
-        run_policy: dict[str, object] = {
-            "cleanPodPolicy": settings.job_clean_pod_policy,
-            "backoffLimit": pytorchjob_backoff_limit(settings),
-        }
-        if settings.job_active_deadline_seconds:
-            run_policy["activeDeadlineSeconds"] = settings.job_active_deadline_seconds
-        if settings.job_ttl_seconds_after_finished >= 0:
-            run_policy["ttlSecondsAfterFinished"] = settings.job_ttl_seconds_after_finished
-        job = CustomResourceWithStatus(
-            f"{name}-job",
-            "PyTorchJob",
-            metadata=job_metadata(settings, inputs, namespace),
-            spec={
-                "nprocPerNode": str(settings.job_procs_per_node),
-                "runPolicy": run_policy,
-                "pytorchReplicaSpecs": replicas,
-            },
-            opts=pulumi.ResourceOptions.merge(
-                pulumi.ResourceOptions(parent=self), replace_on_any_change(inputs.after)
-            ),
-        )
-        # A CustomResource's metadata output is untyped; the name is fixed anyway, known once created.
-        self.job_name = job.id.apply(lambda _: inputs.names.job)
-        self.outcome = (
-            run_outcome(
-                job,
-                "PyTorchJob",
-                inputs.names.job,
-                training_logs(settings, inputs.names.job, follow=False),
-                settings,
-                inputs.watch,
-                settings.job_nodes,
-            )
-            if settings.job_wait
-            else pulumi.Output.from_input("not awaited (jobWait false)")
-        )
-        self.register_outputs({"job_name": self.job_name})
-
-
-class JobQueue(pulumi.ComponentResource):
-    """The Kueue LocalQueue the job is submitted to, in the job's namespace, pointing at a ClusterQueue.
-
-    Kueue suspends a Job labelled with a queue name and keeps it inadmissible until a LocalQueue of
-    that name exists in its namespace; the stack creates the namespace, so it creates the queue too.
-    Rendered as `kueue.x-k8s.io/<kueueApiVersion>`: v1beta2 by default (kubernetes-sigs/kueue
-    `config/components/crd/bases/kueue.x-k8s.io_localqueues.yaml`: served from v0.15.0, the stored
-    version with v1beta1 marked deprecated from v0.16.0); its spec `clusterQueue` is the same in both.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        namespace: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{PROJECT}:training:JobQueue", name, {}, opts)
-        self.local_queue = k8s.apiextensions.CustomResource(
-            f"{name}-local-queue",
-            api_version=f"kueue.x-k8s.io/{settings.kueue_api_version}",
-            kind="LocalQueue",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=settings.job_queue_name, namespace=namespace, labels=labels(settings, "queue")
-            ),
-            spec={"clusterQueue": settings.job_cluster_queue},
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.register_outputs({})
-
-
-class IndexedJob(pulumi.ComponentResource):
-    """A batch/v1 Indexed Job (one index per node) and the headless Service that names its pods."""
-
-    job_name: pulumi.Output[str]
-
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        inputs: JobInputs,
-        namespace: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{PROJECT}:training:IndexedJob", name, {}, opts)
-        names = inputs.names
-        child = pulumi.ResourceOptions(parent=self)
-        service = k8s.core.v1.Service(
-            f"{name}-service",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=names.service, namespace=namespace, labels=labels(settings, "trainer")
-            ),
-            spec=k8s.core.v1.ServiceSpecArgs(
-                cluster_ip="None",
-                publish_not_ready_addresses=True,  # workers resolve the master before it is Ready
-                selector=pod_labels(settings, names),
-                ports=[
-                    k8s.core.v1.ServicePortArgs(
-                        name="rendezvous", port=settings.job_master_port, target_port=settings.job_master_port
-                    )
-                ],
-            ),
-            opts=child,
-        )
-        nodes = settings.job_nodes
-        template = _template(
-            settings,
-            inputs,
-            extra_env=rendezvous_env(settings, names),
-            subdomain=names.service,
-            restart_policy="Never",
-        )
-        job = k8s.batch.v1.Job(
-            f"{name}-job",
-            metadata=job_metadata(settings, inputs, namespace),
-            spec=k8s.batch.v1.JobSpecArgs(
-                completion_mode="Indexed",
-                completions=nodes,
-                parallelism=nodes,
-                backoff_limit_per_index=settings.job_backoff_limit,
-                # One index failed for good means a rank is gone: fail the Job at once rather than
-                # let the others wait on a dead master until their timeouts.
-                max_failed_indexes=0,
-                active_deadline_seconds=settings.job_active_deadline_seconds or None,
-                ttl_seconds_after_finished=(
-                    settings.job_ttl_seconds_after_finished
-                    if settings.job_ttl_seconds_after_finished >= 0
-                    else None
-                ),
-                pod_failure_policy=pod_failure_policy(CONTAINER, training=True),
-                template=template,
-            ),
-            opts=pulumi.ResourceOptions.merge(child, replace_on_any_change((service, *inputs.after))),
-        )
-        self.job_name = job.metadata.name
-        self.outcome = (
-            run_outcome(
-                job,
-                "Job",
-                names.job,
-                training_logs(settings, names.job, follow=False),
-                settings,
-                inputs.watch,
-                settings.job_nodes,
-            )
-            if settings.job_wait
-            else pulumi.Output.from_input("not awaited (jobWait false)")
-        )
-        self.register_outputs({"job_name": self.job_name})

@@ -34,6 +34,7 @@ from infra.program.common import scheduling
 from infra.program.common.isolation import dns_egress, egress_to, https_egress, job_pods, s3_destination
 from infra.program.common.meta import DATA_MOUNT, JOB_LABEL, JobNames, labels
 from infra.program.common.storage import binds_at_first_consumer
+from infra.program.job.env import base_env, s3_ca_volumes, s3_env
 from infra.program.job.jobs import (
     logs_command,
     no_wait_annotations,
@@ -42,14 +43,7 @@ from infra.program.job.jobs import (
     replace_on_any_change,
     run_outcome,
 )
-from infra.program.job.podspec import (
-    base_env,
-    container_security,
-    job_node_pods,
-    pod_security,
-    s3_ca_volumes,
-    s3_env,
-)
+from infra.program.job.podspec import container_security, job_node_pods, pod_security
 from infra.program.settings import PROJECT, Settings
 
 if TYPE_CHECKING:

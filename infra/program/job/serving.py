@@ -42,15 +42,8 @@ import pulumi_kubernetes as k8s
 
 from infra.program.common.isolation import dns_egress, egress_to, namespace_peer, s3_destination
 from infra.program.common.meta import JobNames, labels
-from infra.program.job.jobs import CustomResourceWithStatus
-from infra.program.job.podspec import (
-    base_env,
-    container_security,
-    model_export_uri,
-    pod_security,
-    s3_ca_volumes,
-    s3_env,
-)
+from infra.program.job.env import base_env, s3_ca_volumes, s3_env
+from infra.program.job.podspec import container_security, model_export_uri, pod_security
 from infra.program.settings import PROJECT, Settings, parse_quantity
 
 core = k8s.core.v1
@@ -278,194 +271,16 @@ def serve_example(settings: Settings) -> str:
     )
 
 
-class ModelServer(pulumi.ComponentResource):
-    """The server of the run's model, its identity, NetworkPolicy and PodDisruptionBudget.
-
-    `ready` is `after_success` of anything on the training job's outcome: every object here depends on
-    it, so nothing is registered before the job succeeded, and nothing at all when it failed.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        settings: Settings,
-        names: JobNames,
-        namespace: pulumi.Input[str],
-        ready: pulumi.Output[Any],
-        checkpoint_claim: pulumi.Input[str],
-        secret_name: pulumi.Input[str] | None,
-        after: tuple[pulumi.Resource, ...] = (),
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__(f"{PROJECT}:serving:ModelServer", name, {}, opts)
-        serve = serve_names(settings)
-        self._ready = ready
-        self.outcome: pulumi.Output[str] = pulumi.Output.from_input("none")
-        child = self._gated()
-        obj_labels = server_labels(settings, serve)
-
-        def metadata(
-            object_name: str, annotations: dict[str, str] | None = None, extra: dict[str, str] | None = None
-        ) -> meta.ObjectMetaArgs:
-            return meta.ObjectMetaArgs(
-                name=object_name,
-                namespace=namespace,
-                labels={**obj_labels, **(extra or {})},
-                annotations=annotations,
-            )
-
-        account = core.ServiceAccount(
-            f"{name}-account",
-            metadata=metadata(serve.server),
-            automount_service_account_token=False,
-            opts=child,
-        )
-        # In place before the first server pod starts.
-        policy = net.NetworkPolicy(
-            f"{name}-policy",
-            metadata=metadata(serve.server),
-            spec=network_policy_spec(settings, serve),
-            opts=child,
-        )
-        if settings.serve_replicas > 1:
-            k8s.policy.v1.PodDisruptionBudget(
-                f"{name}-budget",
-                metadata=metadata(serve.server),
-                spec=k8s.policy.v1.PodDisruptionBudgetSpecArgs(min_available=1, selector=server_pods(serve)),
-                opts=child,
-            )
-        kserve = settings.serve_kind == "kserve"
-        container = server_container(
-            settings, names, secret_name, KSERVE_CONTAINER if kserve else DEPLOYMENT_CONTAINER
-        )
-        volumes = server_volumes(settings, checkpoint_claim)
-        first = self._gated(policy, *after)
-        if kserve:
-            self._inference_service(name, settings, serve, metadata, container, volumes, account, first)
-        else:
-            self._deployment(name, settings, serve, metadata, container, volumes, account, first)
-        self.url = serve_url(settings)
-        self.register_outputs({"url": self.url})
-
-    def _gated(self, *after: pulumi.Resource) -> pulumi.ResourceOptions:
-        """A child's options: after `after`, and only once the job succeeded (see the module docstring)."""
-        return pulumi.ResourceOptions(parent=self, depends_on=self._ready.apply(lambda _: list(after)))
-
-    @staticmethod
-    def _pod_fields(
-        settings: Settings, container: core.ContainerArgs, volumes: list[core.VolumeArgs], account: Any
-    ) -> dict[str, Any]:
-        return {
-            "containers": [container],
-            "volumes": volumes,
-            "service_account_name": account.metadata.name,
-            "automount_service_account_token": False,
-            "enable_service_links": False,
-            "security_context": pod_security(settings),
-            "termination_grace_period_seconds": termination_grace_seconds(settings),
-        }
-
-    def _deployment(
-        self,
-        name: str,
-        settings: Settings,
-        serve: ServeNames,
-        metadata: Any,
-        container: core.ContainerArgs,
-        volumes: list[core.VolumeArgs],
-        account: Any,
-        opts: pulumi.ResourceOptions,
-    ) -> None:
-        pod_labels = server_labels(settings, serve)
-        strategy = rolling_update()
-        # Pulumi waits for the rollout of a Deployment by default (new ReplicaSet available).
-        wait = {"pulumi.com/timeoutSeconds": str(settings.serve_wait_timeout_seconds)}
-        deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment",
-            metadata=metadata(serve.server, wait),
-            spec=k8s.apps.v1.DeploymentSpecArgs(
-                replicas=settings.serve_replicas,
-                selector=server_pods(serve),
-                strategy=k8s.apps.v1.DeploymentStrategyArgs(
-                    type=strategy["type"],
-                    rolling_update=k8s.apps.v1.RollingUpdateDeploymentArgs(
-                        max_unavailable=strategy["rollingUpdate"]["maxUnavailable"],
-                        max_surge=strategy["rollingUpdate"]["maxSurge"],
-                    ),
-                ),
-                template=core.PodTemplateSpecArgs(
-                    metadata=meta.ObjectMetaArgs(
-                        labels=pod_labels, annotations={"sidecar.istio.io/inject": "false"}
-                    ),
-                    spec=core.PodSpecArgs(**self._pod_fields(settings, container, volumes, account)),
-                ),
-            ),
-            opts=opts,
-        )
-        # Its wait (endpoints for the selected pods) follows the serving timeout, not the provider's
-        # fixed default of 10 minutes.
-        core.Service(
-            f"{name}-service",
-            metadata=metadata(serve.service, wait),
-            spec=core.ServiceSpecArgs(
-                selector={SERVE_LABEL: serve.server},
-                ports=[
-                    core.ServicePortArgs(
-                        name=PORT_NAME, port=serve.service_port, target_port=PORT_NAME, protocol="TCP"
-                    )
-                ],
-            ),
-            opts=self._gated(),
-        )
-        # The built-in Deployment await fails `pulumi up` itself when the rollout does not complete.
-        self.outcome = deployment.status.apply(lambda _: "Serving")
-
-    def _inference_service(
-        self,
-        name: str,
-        settings: Settings,
-        serve: ServeNames,
-        metadata: Any,
-        container: core.ContainerArgs,
-        volumes: list[core.VolumeArgs],
-        account: Any,
-        opts: pulumi.ResourceOptions,
-    ) -> None:
-        pod = self._pod_fields(settings, container, volumes, account)
-        predictor = {
-            "minReplicas": settings.serve_replicas,
-            "maxReplicas": settings.serve_replicas,
-            "deploymentStrategy": rolling_update(),
-            "labels": server_labels(settings, serve),
-            "annotations": {"sidecar.istio.io/inject": "false"},
-            "containers": pod["containers"],
-            "volumes": pod["volumes"],
-            "serviceAccountName": pod["service_account_name"],
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "securityContext": pod["security_context"],
-            "terminationGracePeriodSeconds": pod["termination_grace_period_seconds"],
-        }
-        annotations = {
-            DEPLOYMENT_MODE: "Standard",
-            # A fixed replica count (minReplicas): no HorizontalPodAutoscaler, no metrics server needed.
-            AUTOSCALER_CLASS: "none",
-            # `pulumi up` waits until the new model serves on every replica, or its rollout failed
-            # (PREDICTOR_WAIT); `outcome` then fails the `up` with one line if it failed.
-            "pulumi.com/waitFor": PREDICTOR_WAIT,
-            "pulumi.com/timeoutSeconds": str(settings.serve_wait_timeout_seconds),
-        }
-        isvc = CustomResourceWithStatus(
-            f"{name}-inference-service",
-            "InferenceService",
-            # Reachable in the cluster only: KServe creates no Ingress for it (v0.20.0
-            # `reconcilers/ingress/kube_ingress_reconciler.go`, the label `networking.kserve.io/visibility`).
-            metadata(serve.server, annotations, {VISIBILITY: "cluster-local"}),
-            {"predictor": predictor},
-            opts,
-            api_version="serving.kserve.io/v1beta1",
-        )
-        logs = f"kubectl -n {settings.namespace} logs deployment/{serve.server}-predictor"
-        self.outcome = isvc.status.apply(
-            lambda s: predictor_outcome(s, serve.server, settings.job_run_id, logs)
-        )
+def pod_fields(
+    settings: Settings, container: core.ContainerArgs, volumes: list[core.VolumeArgs], account: Any
+) -> dict[str, Any]:
+    """The pod fields the Deployment's template and the InferenceService's predictor share."""
+    return {
+        "containers": [container],
+        "volumes": volumes,
+        "service_account_name": account.metadata.name,
+        "automount_service_account_token": False,
+        "enable_service_links": False,
+        "security_context": pod_security(settings),
+        "termination_grace_period_seconds": termination_grace_seconds(settings),
+    }

@@ -20,7 +20,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.common.meta import CHECKPOINT_MOUNT, labels
-from infra.program.job.podspec import base_env, container_security, pod_security
+from infra.program.job.env import base_env
+from infra.program.job.podspec import container_security, pod_security
 from infra.program.settings import PROJECT, Settings
 from infra.program.settings.serving import TENSORBOARD_REQUESTS as REQUESTS
 

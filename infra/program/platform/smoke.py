@@ -208,6 +208,10 @@ class SmokeCheck(pulumi.ComponentResource):
         gpu_after: tuple[pulumi.Resource, ...] | None = None,
         network: bool = False,
     ) -> None:
+        """Registers the platform's smoke checks (the namespace and its policies, the PyTorchJob, the
+        TrainJob,
+        the GPU and NetworkPolicy checks) in the order they depend on each other, each behind its setting: one
+        list of steps."""
         super().__init__(f"{PROJECT}:platform:SmokeCheck", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
         enforce = {

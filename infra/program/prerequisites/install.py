@@ -34,6 +34,7 @@ import pulumi_kubernetes as k8s
 
 from infra.program.common.config import S3Credentials
 from infra.program.common.meta import ACCESS_KEY_ID, JOB_LABEL, SECRET_ACCESS_KEY, labels
+from infra.program.job.env import base_env, s3_key_env
 from infra.program.job.jobs import (
     logs_command,
     no_wait_annotations,
@@ -41,7 +42,7 @@ from infra.program.job.jobs import (
     replace_on_any_change,
     run_outcome,
 )
-from infra.program.job.podspec import base_env, container_security, pod_security, s3_key_env
+from infra.program.job.podspec import container_security, pod_security
 from infra.program.job.seed import REPLACE_UNREADY, seed_resources
 from infra.program.platform.training_operator import kustomize_source
 from infra.program.prerequisites.policies import (
