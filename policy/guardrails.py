@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from secretlike import secret_arguments, secret_env
+from unread import unread
 from workloads import (
     GPU,
     NODE,
@@ -44,7 +45,6 @@ from workloads import (
     runtime_ref,
     trainjob_left_to_runtime,
     understood_kind,
-    unread,
 )
 
 from infra.review.admission import podsecurity

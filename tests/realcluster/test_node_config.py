@@ -17,7 +17,7 @@ import yaml
 
 from infra.local.ports import free_port
 from infra.localcluster import cluster, components, pki
-from infra.localcluster.node import addons, host, images, mirror, netpol, storage
+from infra.localcluster.node import addons, dockerd, host, images, mirror, netpol, storage
 from infra.localcluster.node.config import (
     NODE_IP,
     NODE_LABEL,
@@ -137,7 +137,7 @@ def test_the_base_key_follows_the_ca_it_adds():
     ],
 )
 def test_an_images_repository_is_read_from_a_tag_or_a_digest_reference(ref, repo):
-    assert images._repo(ref) == repo
+    assert dockerd.repository(ref) == repo
 
 
 def test_the_provisioner_makes_shared_directories_on_the_real_node_alone(tmp_path):

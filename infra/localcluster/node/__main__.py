@@ -13,8 +13,8 @@ from pathlib import Path
 from infra.epilog import exit_codes_epilog
 from infra.localcluster.build import EXIT_NO_GO, BuildError
 from infra.localcluster.cluster import DEFAULT_STATE, State, alive
+from infra.localcluster.node.dockerd import ImageError
 from infra.localcluster.node.host import HostError
-from infra.localcluster.node.images import ImageError
 from infra.localcluster.node.node import NodeError, down, up
 
 EXIT_USAGE = 2
