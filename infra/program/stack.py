@@ -13,7 +13,7 @@ from infra.program.common import platform_facts as platform
 from infra.program.common.config import S3Credentials
 from infra.program.common.credentials import ObjectStoreCredentials, ca_bundle_config_map
 from infra.program.common.isolation import JobNetworkPolicy, JobServiceAccount, default_deny
-from infra.program.common.meta import JOB_LABEL, JobNames, job_names, labels
+from infra.program.common.meta import JOB_LABEL, JobNames, job_names, labels, pod_security_labels
 from infra.program.job.budget import NamespaceBudget, has_budget
 from infra.program.job.indexedjob import IndexedJob
 from infra.program.job.jobs import JobInputs, after_success, training_logs
@@ -43,7 +43,7 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
     if not settings.create_namespace:
         return settings.namespace
     level = settings.namespace_pod_security
-    enforce = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}
+    enforce = pod_security_labels(level)
     namespace = k8s.core.v1.Namespace(
         "namespace",
         metadata=k8s.meta.v1.ObjectMetaArgs(

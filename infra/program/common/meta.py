@@ -70,3 +70,8 @@ TRAINER_POD_LABELS = {
     "app.kubernetes.io/part-of": "kubeflow",
 }
 STATUS_SERVER_PORT = 10443
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """A Namespace's labels that enforce, warn and audit Pod Security at `level`."""
+    return {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}

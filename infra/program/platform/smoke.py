@@ -37,7 +37,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.common.isolation import dns_egress
-from infra.program.common.meta import labels
+from infra.program.common.meta import labels, pod_security_labels
 from infra.program.common.outcome import status_field
 from infra.program.job.jobs import CustomResourceWithStatus, wait_annotations
 from infra.program.platform.device_plugin import (
@@ -214,9 +214,7 @@ class SmokeCheck(pulumi.ComponentResource):
         list of steps."""
         super().__init__(f"{PROJECT}:platform:SmokeCheck", name, {}, opts)
         child = pulumi.ResourceOptions(parent=self)
-        enforce = {
-            f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
-        }
+        enforce = pod_security_labels("restricted")
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata=k8s.meta.v1.ObjectMetaArgs(

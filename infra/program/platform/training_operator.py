@@ -31,6 +31,7 @@ from typing import Any
 import pulumi
 
 from infra.program.common.kustomize import Directory
+from infra.program.common.meta import pod_security_labels
 from infra.program.common.vendored import TRAINING_OPERATOR, vendored
 from infra.program.platform import operator_ingress
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
@@ -209,7 +210,7 @@ def narrowed_role(props: dict[str, Any]) -> dict[str, Any]:
 def restricted_namespace(props: dict[str, Any]) -> dict[str, Any]:
     """The overlay's namespace labelled to enforce (warn, audit) Pod Security "restricted", which the
     operator's pod now meets."""
-    labels = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+    labels = pod_security_labels("restricted")
     metadata = dict(props.get("metadata") or {})
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
     return {**props, "metadata": metadata}

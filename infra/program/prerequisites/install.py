@@ -33,7 +33,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.program.common.config import S3Credentials
-from infra.program.common.meta import ACCESS_KEY_ID, JOB_LABEL, SECRET_ACCESS_KEY, labels
+from infra.program.common.meta import ACCESS_KEY_ID, JOB_LABEL, SECRET_ACCESS_KEY, labels, pod_security_labels
 from infra.program.job.env import base_env, s3_key_env
 from infra.program.job.jobs import (
     logs_command,
@@ -102,7 +102,7 @@ def namespace(
 ) -> core.Namespace:
     """The namespace of `component`, labelled to enforce (and warn and audit) the Pod Security `level`;
     `reason` says why, when the level is not 'restricted'."""
-    enforce = {f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "warn", "audit")}
+    enforce = pod_security_labels(level)
     return core.Namespace(
         f"{component}-namespace",
         metadata=meta.ObjectMetaArgs(
