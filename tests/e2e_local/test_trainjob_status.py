@@ -30,7 +30,8 @@ import pytest
 
 from infra.local.ports import free_port
 from infra.localcluster import cluster
-from infra.program.platform.trainer_v2 import PROGRESS_GATE, STATUS_SERVER_PORT
+from infra.program.common.meta import STATUS_SERVER_PORT
+from infra.program.platform.trainer_v2 import PROGRESS_GATE
 from tests.e2e import live
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario
