@@ -44,6 +44,7 @@ class Server(ThreadingHTTPServer):
         # Each open connection's socket -> the time by which its next request must have arrived (None
         # while one is being answered: the body read keeps its own deadline).
         self._deadlines: dict[socket.socket, float | None] = {}
+        self._reaped: set[socket.socket] = set()  # closed by the reaper, their thread not yet gone
         self._lock = threading.Lock()
         self._body_bytes = 0  # bytes of request bodies held by the requests being answered
         threading.Thread(target=self._reap, name="reaper", daemon=True).start()
@@ -63,6 +64,7 @@ class Server(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         with self._lock:
             self._deadlines.pop(request, None)
+            self._reaped.discard(request)
         super().shutdown_request(request)
 
     def hold(self, size: int) -> bool:
@@ -74,27 +76,36 @@ class Server(ThreadingHTTPServer):
             self._body_bytes += size
             return True
 
-    def awaiting(self, connection: socket.socket, deadline: float) -> None:
-        """The connection waits for its next request, which must have arrived by `deadline`."""
+    def awaiting(self, connection: socket.socket, deadline: float) -> bool:
+        """The connection waits for its next request, which must have arrived by `deadline`; False when
+        the reaper has closed it already (a request that came as its idle time ran out is not answered:
+        the client sees a keep-alive connection closed, as any server's idle timeout gives it)."""
         with self._lock:
+            if connection in self._reaped:
+                return False
             if connection in self._deadlines:
                 self._deadlines[connection] = deadline
+            return True
 
     def _reap(self) -> None:
         """Close the connections that are idle, or slow to send a request line and headers, past their
         deadline (their thread's read then ends; nothing is answered on them)."""
         while True:
             time.sleep(REAP_EVERY_S)
-            now = time.monotonic()
-            with self._lock:
-                late = [
-                    c for c, deadline in self._deadlines.items() if deadline is not None and now > deadline
-                ]
-                for connection in late:
-                    self._deadlines[connection] = None
+            self.reap(time.monotonic())
+
+    def reap(self, now: float) -> list[socket.socket]:
+        """One pass of the reaper: the connections late at `now`, closed. The choice and the close happen
+        under the lock that `awaiting` and `answering` take, so a request its thread has begun (a new
+        deadline, or none while it is answered) is never cut by a close decided before it began."""
+        with self._lock:
+            late = [c for c, deadline in self._deadlines.items() if deadline is not None and now > deadline]
             for connection in late:
+                self._deadlines[connection] = None
+                self._reaped.add(connection)
                 with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
+        return late
 
     @contextlib.contextmanager
     def answering(self, connection: socket.socket | None = None) -> Iterator[None]:

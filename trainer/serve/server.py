@@ -92,7 +92,9 @@ class Handler(BaseHTTPRequestHandler):
         connection may wait that long for it (idle), and is closed past it. The idle wait is not the
         request's: a client that reuses a connection idle for most of the timeout still has the whole
         timeout to send its request (as Go's net/http starts a request's clock at its first byte)."""
-        self.server.awaiting(self.connection, time.monotonic() + self.timeout)
+        if not self.server.awaiting(self.connection, time.monotonic() + self.timeout):
+            self.close_connection = True
+            return
         try:
             # The idle wait (rfile is buffered: StreamRequestHandler.rbufsize): the reaper ends it.
             first = cast(io.BufferedReader, self.rfile).peek(1)
@@ -102,7 +104,9 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # closed by the client, or idle past the deadline
             return
         self.request_started = time.monotonic()
-        self.server.awaiting(self.connection, self.request_started + self.timeout)
+        if not self.server.awaiting(self.connection, self.request_started + self.timeout):
+            self.close_connection = True  # closed for idleness as the request came: nothing is written
+            return
         super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
