@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from infra.localcluster import cluster
-from infra.localcluster.node import images as node_images_module
+from infra.localcluster.node import dockerd as node_images_module
 from infra.localcluster.node import node as real_node
 from infra.localcluster.node.storage import STORAGE_CLASS
 from infra.program.settings import SMOKE_NAMESPACE
