@@ -9,7 +9,7 @@ import time
 from typing import NoReturn
 
 from trainer.cli import parse_config
-from trainer.errors import EXIT_INTERNAL, TrainerError, write_line
+from trainer.errors import EXIT_INTERNAL, TrainerError, record_fatal, write_line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as error:
         sys.stdout.flush()
         write_line(error.one_line())
+        record_fatal(error.one_line())
         return error.exit_code
     return 0
 

@@ -49,7 +49,10 @@ SIGRTMAX) can give them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
 EXIT_OK = 0
@@ -200,3 +203,30 @@ def write_line(text: str, stream: TextIO | None = None) -> None:
     out = sys.stderr if stream is None else stream
     out.write(f"{text}\n")
     out.flush()
+
+
+# Set by ``trainer.launch`` for its workers: a directory where each rank leaves its one line when it ends
+# with a TrainerError, so the launcher's last line (the pod's termination message) says the cause.
+FATAL_DIR_ENV = "DDP_MNIST_FATAL_DIR"
+
+
+def record_fatal(line: str) -> None:
+    """Leave ``line`` for the launcher as ``rank-<RANK>`` in ``$DDP_MNIST_FATAL_DIR`` (nothing when it is
+    unset, as outside the launcher). Written to a temporary name and renamed: the launcher reads either
+    nothing or the whole line."""
+    directory = os.environ.get(FATAL_DIR_ENV)
+    if not directory:
+        return
+    target = Path(directory) / f"rank-{os.environ.get('RANK', '0')}"
+    with contextlib.suppress(OSError):
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_text(line)
+        os.replace(partial, target)
+
+
+def recorded_fatal(directory: Path, rank: int) -> str:
+    """The line rank ``rank`` left in ``directory`` ("" when it left none)."""
+    try:
+        return " ".join((directory / f"rank-{rank}").read_text().split())
+    except OSError:
+        return ""

@@ -17,18 +17,26 @@ What it adds to plain torchrun:
    agreed step and checkpoint it: :mod:`trainer.preempt`), and a rendezvous that fails or times out
    (a peer that never joined) exits 200 (peer lost);
 5. skips torchrun for a finished run (:mod:`trainer.finished`): node rank > 0 exits 0 at once, node
-   rank 0 records the restart and retries the model export alone, needing no other rank.
+   rank 0 records the restart and retries the model export alone, needing no other rank;
+6. ends a failed run with one line that names the failed rank, its exit code and what that rank said
+   (its own one line, left in ``$DDP_MNIST_FATAL_DIR``: :func:`trainer.errors.record_fatal`), where
+   torchrun's own report ends with a rule of ``=``. It is the log's last line, which a pod's
+   ``FallbackToLogsOnError`` termination message ends with, and which ``pulumi up`` shows.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainer.__main__ import exit_process
@@ -38,7 +46,9 @@ from trainer.errors import (
     EXIT_MASTER_UNREACHABLE,
     EXIT_PEER_LOST,
     EXIT_USAGE,
+    FATAL_DIR_ENV,
     TrainerError,
+    recorded_fatal,
     write_line,
 )
 
@@ -210,6 +220,8 @@ def launch(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
+    fatal = Path(tempfile.mkdtemp(prefix="launch-fatal-"))
+    os.environ[FATAL_DIR_ENV] = str(fatal)  # the workers' environment is a copy of ours
     try:
         run(parsed)
     except SignalException as error:
@@ -224,8 +236,12 @@ def launch(argv: Sequence[str]) -> int:
         write_line(str(error))
         rank, failure = root_failure(error)
         code = failure_exit_code(failure.exitcode)
-        report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}")
+        said = recorded_fatal(fatal, rank)
+        said = f": {said}" if said else ""
+        report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}{said}")
         return code
+    finally:
+        shutil.rmtree(fatal, ignore_errors=True)
     return 0
 
 

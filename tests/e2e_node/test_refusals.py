@@ -77,6 +77,11 @@ def test_a_checkpoint_volume_the_trainer_cannot_write_fails_up_with_one_line(
             "trainer: output: cannot write /checkpoints/mnist-r1: Permission denied; it must be writable by"
         )
         assert f"{expected} uid 1000 gid 1000" in logs, logs
+        # The cause is in `up`'s own error: the kubelet's termination message (the log's last lines, by
+        # FallbackToLogsOnError) ends with the launcher's line, which quotes the rank's.
+        said = f"the last failed Pod {namespace}/"
+        assert said in errors and "exited 5 (Error): launch: worker rank 0 failed" in errors, errors
+        assert expected in errors.split(said, 1)[1], errors
     finally:
         show_logs(namespace)
         scenario.destroy(stack, namespace)

@@ -47,7 +47,7 @@ from infra.program.settings import SMOKE_NAMESPACE
 from tests.docs.pages import shell_blocks
 from tests.e2e import live
 from tests.e2e_local import scenario
-from tests.e2e_node.conftest import ROOT, place_on_the_node
+from tests.e2e_node.conftest import ROOT, failed_logs, place_on_the_node
 from tests.e2e_node.devpath import (
     DEV_NAMESPACE,
     STORE_NAMESPACE,
@@ -274,6 +274,11 @@ def test_the_first_deploy_tutorial_runs_as_written_on_the_real_node(
             else:
                 reader.run(filled(line, values))
         cleaned_up = True
+    except BaseException:
+        # The failed containers' logs, before the clean-up below takes their pods.
+        print("failed containers' logs:", failed_logs(), sep="\n")
+        raise
+    else:
         # The answers the page shows after its curls, `…` standing for what differs from run to run.
         (shown,) = [b for b in text_blocks(PAGE.read_text()) if b.startswith('{"name":"mnist","ready"')]
         assert len(answers) == len(shown.splitlines()) == 3

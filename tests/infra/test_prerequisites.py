@@ -103,6 +103,7 @@ def test_the_fill_job_seeds_the_bucket_with_the_trainer_image_once_minio_is_read
     objects = _render(values, mocks).objects
     container = _container(_named(objects, "Job", "minio-mnist"))
     assert container["image"] == "registry.example/trainer:1.2.3"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the watch shows its cause
     assert container["imagePullPolicy"] == "Always"
     assert [*container["command"], *container["args"]] == [
         "python",

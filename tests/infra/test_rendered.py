@@ -469,3 +469,21 @@ def test_filestore_joins_a_shared_vpc_as_the_driver_reads_it(mode, reserved, par
     rendering = render_config({**values, "filestoreConnectMode": mode, "filestoreReservedIpRange": reserved})
     for storage_class in by_kind(rendering, "StorageClass"):
         assert storage_class["parameters"] == {"tier": "standard", "network": "default", **parameters}
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "indexed-job", "trainjob"])
+def test_a_runs_failed_container_leaves_its_last_lines_in_its_status(kind):
+    """The training pods and the seed Job's (with HTTPS mirrors, as the prerequisites' fill Job has:
+    tests/infra/test_prerequisites.py) fall back to their log for the termination message, which the
+    run's watch shows when a container fails."""
+    trainer = {"trainerInstall": True, "operatorInstall": False} if kind == "trainjob" else {}
+    rendering = render_config(
+        {"jobKind": kind, **trainer, "seedSource": "https", "seedMirrors": ["https://m.example/"]}
+    )
+    seeds = [
+        j["spec"]["template"] for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed"
+    ]
+    assert len(seeds) == 1
+    for template in [*pod_templates(rendering), *seeds]:
+        for container in template["spec"]["containers"]:
+            assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", container["name"]

@@ -499,3 +499,80 @@ def test_the_wait_first_says_what_it_waits_for_and_the_command_that_shows_its_lo
         )
         assert _run(watch.until_ended(None, Target("PyTorchJob", "mnist-r1", NS, LOGS), 60)) == "Succeeded"
         assert lines == expected
+
+
+def failed_pod(name: str, code: int, message: str, finished: str, previous: dict | None = None) -> dict:
+    """A pod whose container `pytorch` ended with `code`, its termination message `message`."""
+    ended = {"exitCode": code, "reason": "Error", "message": message, "finishedAt": finished}
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "phase": "Failed" if previous is None else "Running",
+            "containerStatuses": [
+                {"name": "pytorch", "state": {"terminated": ended}, "lastState": previous or {}}
+            ],
+        },
+    }
+
+
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+    "trainer: data: /data/mnist not found; seed it\n"
+)
+
+
+def test_each_failed_container_is_said_once_with_its_last_line_and_the_failure_names_the_last():
+    """The kubelet's `FallbackToLogsOnError` message is the log's last lines: the watch logs the last
+    one for each failed run as it sees it, once, and the Failed line ends with the last of them."""
+    first = failed_pod("mnist-r1-0-a", 3, TRACEBACK, ts(30))
+    second = failed_pod("mnist-r1-0-b", 3, "launch: worker rank 0 failed with exit code 3\n\n", ts(10))
+    restarted = failed_pod(
+        "mnist-r1-0-c",
+        137,
+        "",
+        ts(5),
+        previous={"terminated": {"exitCode": 1, "reason": "Error", "message": "boom", "finishedAt": ts(8)}},
+    )
+    failed = job(
+        "Job",
+        conditions=[{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "x"}],
+    )
+    cluster = FakeCluster([job("Job"), job("Job"), failed], pods=[first])
+    lines: list[str] = []
+    watch = RunWatch(cluster, True, 300, poll_seconds=0, log=lambda m, r: lines.append(m), wall=lambda: NOW)
+    target = Target("Job", "mnist-r1", NS, LOGS)
+    real_items = cluster.items
+    polls = iter([[first], [first, second], [first, second, restarted]])
+    cluster.items = lambda path, query=None: (
+        next(polls) if path.endswith("/pods") else real_items(path, query)
+    )
+    with pytest.raises(pulumi.RunError) as raised:
+        _run(watch.until_ended(None, target, 3600))
+    said = [line for line in lines if line.startswith("Pod ")]
+    assert said == [
+        f"Pod {NS}/mnist-r1-0-a: container pytorch exited 3 (Error): trainer: data: /data/mnist not found; seed it",
+        f"Pod {NS}/mnist-r1-0-b: container pytorch exited 3 (Error): launch: worker rank 0 failed with exit code 3",
+        f"Pod {NS}/mnist-r1-0-c: container pytorch exited 1 (Error): boom",
+        f"Pod {NS}/mnist-r1-0-c: container pytorch exited 137 (Error) and left no message",
+    ]
+    assert str(raised.value) == (
+        f"Job mnist-r1 failed (BackoffLimitExceeded): x; its pods' logs: {LOGS}; the last failed "
+        f"Pod {NS}/mnist-r1-0-c: container pytorch exited 137 (Error) and left no message"
+    )
+
+
+def test_a_preview_says_no_failure_and_a_long_message_is_cut():
+    from infra.program.job.placement import SAID_CHARS, last_line
+
+    pod = failed_pod("p", 3, "x", ts(1))
+    lines: list[str] = []
+    watch = RunWatch(
+        FakeCluster([job()], pods=[pod]), False, 300, poll_seconds=0, log=lambda m, r: lines.append(m)
+    )
+    assert _run(watch.until_ended(None, Target("PyTorchJob", "mnist-r1", NS, LOGS), 60)).startswith(
+        "running:"
+    )
+    assert lines == []
+    cut = last_line("a" * (SAID_CHARS + 50))
+    assert len(cut) == SAID_CHARS and cut.endswith("…")
+    assert last_line(" \n\n") == ""

@@ -129,14 +129,22 @@ def test_failure_exit_code(exitcode: int, expected: int) -> None:
 def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     missing = tmp_path / "nothing-here"
     args = procs.launch_args(2, [f"--data={missing}", f"--checkpoint-dir={tmp_path / 'c'}"])
-    result = procs.run("trainer.launch", args)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    result = procs.run("trainer.launch", args, env={**procs.env(), "TMPDIR": str(scratch)})
     assert result.returncode == 3, result.stderr[-3000:]
     message = (
         f"trainer: data: {missing}/MNIST/raw/train-images-idx3-ubyte(.gz) not found; "
         "seed it with 'python -m trainer.seed --from DIR --to ROOT' (or --mirror URL)"
     )
     assert message in result.stderr.splitlines()
-    assert "launch: worker rank " in result.stderr
+    # The last line (a pod's termination message ends with it) names the rank, the code and its cause,
+    # after torchrun's own report.
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("launch: worker rank ") and last.endswith(
+        f"exit code 3 (data missing or corrupt): {message}"
+    ), last
+    assert list(scratch.glob("launch-fatal-*")) == [], "the launcher left its directory"
 
 
 @pytest.mark.parametrize(
@@ -218,3 +226,18 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
         assert [(r["epochs_trained"], r["world_size"]) for r in restarts] == [(0, 2)]
     else:
         assert len(started) == 1 and restarts == []  # rank 0 ran torchrun; rank 1 waited for it
+
+
+def test_a_rank_leaves_its_line_only_for_a_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.errors import FATAL_DIR_ENV, record_fatal, recorded_fatal
+
+    monkeypatch.delenv(FATAL_DIR_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    record_fatal("trainer: data: gone")  # outside the launcher: nowhere
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(FATAL_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("RANK", "3")
+    record_fatal("trainer: output:  cannot\nwrite")
+    assert [p.name for p in tmp_path.iterdir()] == ["rank-3"]
+    assert recorded_fatal(tmp_path, 3) == "trainer: output: cannot write"
+    assert recorded_fatal(tmp_path, 0) == ""

@@ -284,3 +284,63 @@ def progress(snapshot: Snapshot) -> str:
         phases[phase] = phases.get(phase, 0) + 1
     counts = ", ".join(f"{n} {phase}" for phase, n in sorted(phases.items()))
     return f"{snapshot.kind} {snapshot.name}: {len(snapshot.pods)} pod(s): {counts}"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A container of the workload's pods that ended with a non-zero code (one of its runs)."""
+
+    pod: str
+    container: str
+    exit_code: int
+    reason: str
+    finished: str  # its finishedAt: with the pod and container, which run this was
+    said: str  # the last line of its termination message ("" when it left none)
+
+    def line(self, namespace: str) -> str:
+        said = f": {self.said}" if self.said else " and left no message"
+        return (
+            f"Pod {namespace}/{self.pod}: container {self.container} exited {self.exit_code} "
+            f"({self.reason or 'Error'}){said}"
+        )
+
+
+SAID_CHARS = 400  # a failure line quotes at most this much of what the container said
+
+
+def last_line(message: str) -> str:
+    """The last non-empty line of a termination message (a Python error's own line, after its
+    traceback), cut to SAID_CHARS."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[-1] if len(lines[-1]) <= SAID_CHARS else lines[-1][: SAID_CHARS - 1] + "…"
+
+
+def failures(snapshot: Snapshot) -> list[Failure]:
+    """Every failed run of a container of the workload's pods that the API still holds (a container's
+    current run, and the one before its latest restart), earliest first. The message is the container's
+    termination message: what it wrote to its terminationMessagePath, or with `FallbackToLogsOnError`
+    the last lines of its log (`infra/program/job/podspec.py` TERMINATION_MESSAGE_POLICY)."""
+    found = []
+    for pod in snapshot.pods:
+        status = pod.get("status") or {}
+        for container in [
+            *(status.get("initContainerStatuses") or []),
+            *(status.get("containerStatuses") or []),
+        ]:
+            for state in (container.get("lastState") or {}, container.get("state") or {}):
+                ended = state.get("terminated") or {}
+                if not ended or not ended.get("exitCode"):
+                    continue
+                found.append(
+                    Failure(
+                        (pod.get("metadata") or {}).get("name", "?"),
+                        container.get("name", "?"),
+                        int(ended["exitCode"]),
+                        ended.get("reason") or "",
+                        ended.get("finishedAt") or "",
+                        last_line(ended.get("message") or ""),
+                    )
+                )
+    return sorted(found, key=lambda f: f.finished)

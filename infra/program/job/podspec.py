@@ -221,6 +221,16 @@ def _tolerations(settings: Settings) -> list[dict[str, str]]:
     return tolerations
 
 
+# A run's container that fails leaves the last lines of its output in its status: the kubelet reads the
+# last 80 lines (at most 2,048 bytes) of a container's log into `state.terminated.message` when it ended
+# with a non-zero code and wrote no termination message (kubernetes v1.33.13
+# `pkg/kubelet/kuberuntime/kuberuntime_container.go` convertToKubeContainerStatus,
+# `pkg/kubelet/container/runtime.go` MaxContainerTerminationMessageLog*). The run's watch shows that
+# message while `pulumi up` waits (`infra/program/job/placement.py` failures): the cause of a failed pod
+# is on the screen, and stays there after its pods are gone.
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+
+
 def container_security(add: Sequence[str] = ()) -> core.SecurityContextArgs:
     """Pod Security 'restricted' for a container of ours: no escalation, no capabilities (but `add`,
     jobAddCapabilities, which the namespace's level must allow), read-only root."""
@@ -287,6 +297,7 @@ def pod_template(
         resources=_resources(settings),
         volume_mounts=mounts,
         security_context=container_security(settings.job_add_capabilities),
+        termination_message_policy=TERMINATION_MESSAGE_POLICY,
     )
     annotations = {
         "sidecar.istio.io/inject": "false",

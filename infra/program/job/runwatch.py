@@ -9,9 +9,11 @@ the engine waits for every step it started (`pkg/resource/deploy/deployment_exec
 cause other steps to fail"). So the job is created with a wait satisfied at once
 (`infra.program.job.jobs.no_wait_annotations`), and the program then polls the job, its pods, their
 claims and the namespace's events through the same kubeconfig and context as the provider, logging
-progress on the job's row and ending on the first of:
+progress on the job's row, with one line for each container that fails (its exit code and the last
+line it printed: `placement.failures`), and ending on the first of:
 - the job's success condition (the outcome, as `failure_gate` gives it);
-- `Failed` (one line with the pods' logs command, as `failure_gate` raises it);
+- `Failed` (one line with the pods' logs command, as `failure_gate` raises it, and what the last failed
+  container said);
 - a pod unschedulable, a claim unbound, a container that cannot start, or no pod at all for longer
   than `jobPlacementTimeoutSeconds` (`infra/program/job/placement.py` names the object, the reason and the
   command that shows more); the job is left in place, and the next `up` waits for it again;
@@ -35,7 +37,7 @@ import pulumi
 from infra.program.common.meta import JOB_LABEL
 from infra.program.common.outcome import DONE_CONDITION, job_outcome
 from infra.program.job.kubeapi import ReadError
-from infra.program.job.placement import Snapshot, claim_names, diagnose, progress
+from infra.program.job.placement import Failure, Snapshot, claim_names, diagnose, failures, progress
 
 # Where each kind is served: (group/version, plural).
 RESOURCES = {
@@ -93,9 +95,15 @@ def read_snapshot(reader: ClusterReader, target: Target) -> Snapshot:
     return Snapshot(target.kind, target.name, ns, workload, pods, claims, classes, events, target.pods)
 
 
-def _ended(workload: Mapping[str, Any], target: Target) -> str | None:
-    """The success condition's name once it holds; raises pulumi.RunError once Failed holds."""
-    outcome = job_outcome(workload.get("status") or {}, target.kind, target.name, target.logs)
+def _ended(workload: Mapping[str, Any], target: Target, failed: list[Failure]) -> str | None:
+    """The success condition's name once it holds; raises pulumi.RunError once Failed holds, naming
+    what the last of the `failed` containers said."""
+    try:
+        outcome = job_outcome(workload.get("status") or {}, target.kind, target.name, target.logs)
+    except pulumi.RunError as error:
+        if not failed:
+            raise
+        raise pulumi.RunError(f"{error}; the last failed {failed[-1].line(target.namespace)}") from None
     return outcome if outcome == DONE_CONDITION[target.kind] else None
 
 
@@ -125,6 +133,7 @@ class RunWatch:
         """Polls until the run ended, its placement failed, or the timeout; see the module's docstring."""
         start = self.clock()
         last_line, last_logged, unreachable_since = "", start, None
+        failed: dict[tuple[str, str, str], Failure] = {}  # every failed run seen, by pod, container, end
         if self.wait:
             # What a person can run in another terminal while `pulumi up` waits (the stack's logsCommand
             # output exists only once `up` has ended).
@@ -150,7 +159,13 @@ class RunWatch:
             if snapshot.workload is None:
                 self.log(f"{target.kind} {target.name} is not in the cluster any more", resource)
                 return NOT_FOUND
-            ended = _ended(snapshot.workload, target)
+            for failure in failures(snapshot):
+                key = (failure.pod, failure.container, failure.finished)
+                if key not in failed:
+                    failed[key] = failure
+                    if self.wait:
+                        self.log(failure.line(target.namespace), resource)
+            ended = _ended(snapshot.workload, target, list(failed.values()))
             if ended:
                 return ended
             line = progress(snapshot)

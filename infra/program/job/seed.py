@@ -43,7 +43,12 @@ from infra.program.job.jobs import (
     replace_on_any_change,
     run_outcome,
 )
-from infra.program.job.podspec import container_security, job_node_pods, pod_security
+from infra.program.job.podspec import (
+    TERMINATION_MESSAGE_POLICY,
+    container_security,
+    job_node_pods,
+    pod_security,
+)
 from infra.program.settings import PROJECT, Settings
 
 if TYPE_CHECKING:
@@ -100,6 +105,7 @@ def seed_pod_template(
             *ca_mounts,
         ],
         security_context=container_security(),
+        termination_message_policy=TERMINATION_MESSAGE_POLICY,
     )
     return core.PodTemplateSpecArgs(
         metadata=k8s.meta.v1.ObjectMetaArgs(

@@ -42,7 +42,7 @@ from infra.program.job.jobs import (
     replace_on_any_change,
     run_outcome,
 )
-from infra.program.job.podspec import container_security, pod_security
+from infra.program.job.podspec import TERMINATION_MESSAGE_POLICY, container_security, pod_security
 from infra.program.job.seed import REPLACE_UNREADY, seed_resources
 from infra.program.platform.training_operator import kustomize_source
 from infra.program.prerequisites.policies import (
@@ -249,6 +249,7 @@ def fill_pod(settings: Settings) -> core.PodTemplateSpecArgs:
         resources=seed_resources(),
         volume_mounts=[core.VolumeMountArgs(name="tmp", mount_path="/tmp")],
         security_context=container_security(),
+        termination_message_policy=TERMINATION_MESSAGE_POLICY,
     )
     return core.PodTemplateSpecArgs(
         metadata=meta.ObjectMetaArgs(labels={**labels(settings, FILL_JOB), JOB_LABEL: FILL_JOB}),
