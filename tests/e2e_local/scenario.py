@@ -142,6 +142,53 @@ def changes(summary: Mapping[Any, int] | None) -> dict[Any, int]:
     return {op: count for op, count in (summary or {}).items() if op != "same" and count}
 
 
+# The kinds a `ttlSecondsAfterFinished` can delete from under a stack (the platform's smoke checks set it).
+EXPIRING_KINDS = {
+    "kubernetes:batch/v1:Job": "job",
+    "kubernetes:kubeflow.org/v1:PyTorchJob": "pytorchjob",
+    "kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob": "trainjob",
+}
+
+
+def gone_from_the_cluster(resources: list[dict]) -> set[str]:
+    """The URNs of the jobs among a stack's `resources` (its exported state) that the cluster no longer
+    has."""
+    gone = set()
+    for resource in resources:
+        kind = EXPIRING_KINDS.get(resource["type"])
+        meta = (resource.get("outputs") or {}).get("metadata") or {}
+        if kind and meta.get("name") and not live.exists(kind, meta["name"], meta.get("namespace")):
+            gone.add(resource["urn"])
+    return gone
+
+
+def preview_after_refresh(stack: auto.Stack) -> None:
+    """`refresh`, then a preview that changes nothing but this: it creates again the finished jobs that
+    their `ttlSecondsAfterFinished` deleted (the smoke checks': 600 s, which a slow run of the tier
+    passes), as `pulumi up --refresh` runs them again by design (docs/explanation/init-container.md).
+    A job gone before the refresh must be created; one gone by the end may be; nothing else changes."""
+    resources = (stack.export_stack().deployment or {}).get("resources", [])
+    gone_before = gone_from_the_cluster(resources)
+    stack.refresh(on_output=print)
+    steps: list[tuple[str, str]] = []
+
+    def step(event: Any) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        if pre is not None and str(getattr(pre.metadata.op, "value", pre.metadata.op)) != "same":
+            steps.append((str(getattr(pre.metadata.op, "value", pre.metadata.op)), pre.metadata.urn))
+
+    preview = stack.preview(on_output=print, on_event=step)
+    gone_after = gone_from_the_cluster(resources)
+    created = {urn for op, urn in steps if op == "create"}
+    assert [s for s in steps if s[0] != "create"] == [], steps
+    assert gone_before <= created <= gone_after, (steps, gone_before, gone_after)
+    assert changes(preview.change_summary) == ({"create": len(created)} if created else {})
+    if created:
+        print(
+            f"the preview after refresh creates again what ttlSecondsAfterFinished deleted: {sorted(created)}"
+        )
+
+
 @contextmanager
 def failing_pods(name: str, namespace: str, labels: dict[str, str], exit_code: int) -> Iterator[None]:
     """While inside, the running job pods of `namespace` with `labels` exit with `exit_code`."""

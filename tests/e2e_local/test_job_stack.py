@@ -217,9 +217,7 @@ def test_3_a_second_up_and_a_preview_after_refresh_change_nothing(
     stack: auto.Stack = platform["stack"] if which == "platform" else job["stack"]
     again = stack.up(on_output=print, show_secrets=False)
     assert scenario.changes(again.summary.resource_changes) == {}
-    stack.refresh(on_output=print)
-    preview = stack.preview(on_output=print)
-    assert scenario.changes(preview.change_summary) == {}
+    scenario.preview_after_refresh(stack)
 
 
 def test_4_an_edited_job_is_replaced_alone_and_a_new_run_updates_the_server(job: dict) -> None:
