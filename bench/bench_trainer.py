@@ -9,6 +9,11 @@ seconds from launch to the first epoch whose test accuracy reaches the target, t
 final test accuracy, total wall time and peak RSS per rank (from metrics.json). With ``--seeds``, each
 configuration runs once per seed (``--seed=N``), one row each.
 
+Start-up, per rank: the seconds from launch at which each rank's process started, its ``main()`` began,
+its imports were done, its data was ready, the process group was up (rendezvous), its model,
+optimizer and schedule were ready, and its first optimizer step had run (``milestones_unix_per_rank``
+in metrics.json), then the target and the exit (the launcher's, as seen here).
+
 It also breaks the wall time down (rank 0's figures from metrics.json): start-up (launch to the
 trainer's ``main()``: torchrun, worker spawn, interpreter), imports (torch and the trainer), data load,
 rendezvous (the process group), setup (model, DDP, optimizer), training, evaluation, checkpoints, and
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+MILESTONES = ("process", "main", "imports", "data", "rendezvous", "model", "first_step")
 PHASES = ("imports", "data_load", "rendezvous", "setup", "train", "evaluate", "checkpoint")
 BREAKDOWN = ("startup", *PHASES, "rest")
 ERROR_LINES = 15
@@ -56,6 +62,8 @@ class Result:
     peak_rss_mib_per_rank: list[float]
     epochs_to_target: int | None
     seconds_by_phase: dict[str, float]
+    # Per rank: seconds from launch to each of MILESTONES (a rank that lacks one: absent).
+    milestones_per_rank: list[dict[str, float]]
 
 
 def free_port() -> int:
@@ -133,6 +141,10 @@ def run_one(config: Config, data: str, target: float, extra: list[str], seed: in
         peak_rss_mib_per_rank=metrics["peak_rss_mib_per_rank"],
         epochs_to_target=reached[1] if reached else None,
         seconds_by_phase=breakdown(metrics, launched_unix, wall),
+        milestones_per_rank=[
+            {name: round(at - launched_unix, 2) for name, at in marks.items()}
+            for marks in metrics.get("milestones_unix_per_rank", [])
+        ],
     )
 
 
@@ -188,6 +200,15 @@ def main() -> None:
     print(f"\n{'seconds by phase':42} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
     for r in results:
         print(f"{r.config:42} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
+    columns = (*MILESTONES, "target", "exit")
+    print(f"\n{'seconds from launch, per rank':42} " + " ".join(f"{name:>10}" for name in columns))
+    for r in results:
+        for rank, marks in enumerate(r.milestones_per_rank):
+            figures = {**marks, "exit": r.wall_s}
+            if rank == 0 and r.seconds_to_target is not None:
+                figures["target"] = r.seconds_to_target
+            cells = [f"{figures[name]:10.2f}" if name in figures else f"{'-':>10}" for name in columns]
+            print(f"{r.config + f', rank {rank}':42} " + " ".join(cells))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
 

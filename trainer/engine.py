@@ -80,6 +80,7 @@ def train_one_epoch(
     start: int = 0,
     loss_sum_before: float = 0.0,
     stop: StopCheck | None = None,
+    first_step: Callable[[], None] | None = None,
 ) -> float:
     """Train over ``batches`` (rows of indices); returns the mean training loss over all ranks
     (smoothed as trained on, with ``label_smoothing`` > 0).
@@ -92,6 +93,7 @@ def train_one_epoch(
     every ``every`` steps and after the last one it is called with the steps done in this epoch,
     this rank's mean loss over the steps since the previous call, and the learning rate of the step
     just taken. Only then is the loss read from the device; ranks without ``report`` never wait.
+    ``first_step`` is called once, after this call's first step (a start-up milestone).
     """
     model.train()
     batches = batches.to(images.device)
@@ -104,6 +106,8 @@ def train_one_epoch(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        if first_step is not None and index == start + 1:
+            first_step()
         loss_sum += loss.detach()
         if report is not None and (index % every == 0 or index == steps):
             total = loss_sum.item()

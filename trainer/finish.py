@@ -3,6 +3,7 @@ model.pt and lineage.json (or, for a finished run started again, records the res
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from functools import partial
@@ -28,6 +29,7 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
         round(float(raw.decode()), 1)
         for raw in dist.gather_bytes(f"{peak_rss_mib():.1f}".encode(), run.device)
     ]
+    marks = [json.loads(raw) for raw in dist.gather_bytes(json.dumps(run.clock.marks).encode(), run.device)]
     if run.env.is_main:
         metrics_path = run.config.output_dir / METRICS_FILE
         log(run.env, f"time {run.clock.line()}")
@@ -40,14 +42,16 @@ def finish(run: Run, history: list[EpochRecord], resumed_from: int) -> None:
                 run.config.output_dir,
                 run.module,
                 history,
-                results(run, resumed_from, checksums, rss),
+                results(run, resumed_from, checksums, rss, marks),
                 partial(lineage_bytes, run, resumed_from),
             )
             log(run.env, f"wrote {metrics_path} and model.pt")
     dist.wait_for_all_ranks()
 
 
-def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float]) -> dict[str, Any]:
+def results(
+    run: Run, resumed_from: int, checksums: list[str], rss: list[float], marks: list[dict[str, float]]
+) -> dict[str, Any]:
     """metrics.json's run-level fields (the per-epoch figures come from the history)."""
     return {
         "world_size": run.env.world_size,
@@ -65,6 +69,9 @@ def results(run: Run, resumed_from: int, checksums: list[str], rss: list[float])
         "phase_seconds": run.clock.seconds,
         "state_dict_sha256_per_rank": checksums,
         "peak_rss_mib_per_rank": rss,
+        # Each rank's start-up milestones (process, main, imports, data, rendezvous, model, first_step),
+        # wall-clock times: bench/bench_trainer.py prints them against its launch.
+        "milestones_unix_per_rank": marks,
         "restarts": [],
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import resource
 import sys
 import time
@@ -65,12 +66,24 @@ class Stopwatch:
 
     started_unix: float
     seconds: dict[str, float] = field(default_factory=dict)
+    # When this process reached each milestone of its start-up (``mark``), as wall-clock times.
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        """Record that this process reached ``name`` now (the first time only)."""
+        self.marks.setdefault(name, time.time())
 
     @classmethod
     def since(cls, started: float, phase: str) -> Stopwatch:
         """A stopwatch whose first phase ran from ``started`` (a ``perf_counter`` reading) until now."""
         elapsed = time.perf_counter() - started
-        return cls(started_unix=time.time() - elapsed, seconds={phase: elapsed})
+        now = time.time()
+        marks = {"process": process_started_unix(), "main": now - elapsed, phase: now}
+        return cls(
+            started_unix=now - elapsed,
+            seconds={phase: elapsed},
+            marks={name: at for name, at in marks.items() if at is not None},
+        )
 
     @contextmanager
     def phase(self, name: str) -> Iterator[Lap]:
@@ -84,6 +97,19 @@ class Stopwatch:
 
     def line(self) -> str:
         return " ".join(f"{name}={seconds:.2f}s" for name, seconds in self.seconds.items())
+
+
+def process_started_unix() -> float | None:
+    """When the kernel started this process, as a wall-clock time (to its clock tick, 10 ms), or None
+    where there is no ``/proc``: its ``starttime`` (the 22nd field of ``/proc/self/stat``, clock ticks
+    since boot, proc(5)) against ``CLOCK_BOOTTIME`` now."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.time() - age
 
 
 def peak_rss_mib() -> float:

@@ -68,9 +68,11 @@ def setup(config: TrainConfig, started: float) -> Run:
     device = dist.choose_device(env, cuda)
     with clock.phase("data_load"):
         data = load_mnist(data_root(config, env), device, config.train_limit)
+    clock.mark("data")
     plan = plan_batches(config.batch_size, config.scaling, env.world_size, len(data.train_y))
     with clock.phase("rendezvous"):
         dist.init_process_group(env, backend, device, config.dist_timeout)
+    clock.mark("rendezvous")
     with clock.phase("setup"):
         seed_everything(config.seed)
         module = build_model(device)
@@ -88,6 +90,7 @@ def setup(config: TrainConfig, started: float) -> Run:
             div_factor=DIV_FACTOR,
             final_div_factor=FINAL_DIV_FACTOR,
         )
+    clock.mark("model")
     return Run(
         config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started, clock
     )
@@ -232,6 +235,7 @@ def train_epochs(run: Run, start: Start, progress: Progress | None) -> None:
                     start=resumed.step,
                     loss_sum_before=resumed.loss_sum,
                     stop=preempt.at_step(run.device),
+                    first_step=partial(first_step_done, run),
                 )
         except engine.EpochStopped as stopped:
             seconds = resumed.train_seconds + lap.seconds
@@ -263,6 +267,13 @@ def train_epochs(run: Run, start: Start, progress: Progress | None) -> None:
         if not last and preempt.agreed(run.device):
             stop_at(run, epoch, history, saved=saved)
     finish(run, history, start.epoch)
+
+
+def first_step_done(run: Run) -> None:
+    """The start-up's last milestone: this rank's first optimizer step has run (on a GPU, finished)."""
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    run.clock.mark("first_step")
 
 
 def stop_at(

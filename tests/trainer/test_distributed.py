@@ -76,6 +76,13 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
     assert [h["epoch"] for h in metrics["history"]] == [1]
     assert metrics["samples_per_s"] > 0
     assert len(metrics["peak_rss_mib_per_rank"]) == 2
+    # Both ranks' start-up milestones, in the order they happen, before the run's end.
+    order = ["process", "main", "imports", "data", "rendezvous", "model", "first_step"]
+    for marks in metrics["milestones_unix_per_rank"]:
+        assert sorted(marks) == sorted(order), marks
+        times = [marks[name] for name in order]
+        assert times == sorted(times) and times[-1] - times[0] < metrics["wall_time_s"] + 5, marks
+    assert len(metrics["milestones_unix_per_rank"]) == 2
     floor = torch_floor_mib()
     assert all(0 < rss - floor <= TRAINER_GROWTH_MIB_LIMIT for rss in metrics["peak_rss_mib_per_rank"]), (
         metrics["peak_rss_mib_per_rank"],
