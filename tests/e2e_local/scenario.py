@@ -150,6 +150,11 @@ EXPIRING_KINDS = {
 }
 
 
+# Steps that change nothing: a resource kept as it is, or one read from elsewhere (a job stack's
+# StackReference to its platform is a `read` at every preview).
+UNCHANGED = frozenset({"same", "read", "refresh"})
+
+
 def gone_from_the_cluster(resources: list[dict]) -> set[str]:
     """The URNs of the jobs among a stack's `resources` (its exported state) that the cluster no longer
     has."""
@@ -174,8 +179,9 @@ def preview_after_refresh(stack: auto.Stack) -> None:
 
     def step(event: Any) -> None:
         pre = getattr(event, "resource_pre_event", None)
-        if pre is not None and str(getattr(pre.metadata.op, "value", pre.metadata.op)) != "same":
-            steps.append((str(getattr(pre.metadata.op, "value", pre.metadata.op)), pre.metadata.urn))
+        op = str(getattr(pre.metadata.op, "value", pre.metadata.op)) if pre is not None else ""
+        if op and op not in UNCHANGED:
+            steps.append((op, pre.metadata.urn))
 
     preview = stack.preview(on_output=print, on_event=step)
     gone_after = gone_from_the_cluster(resources)
