@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,41 @@ def final_accuracy_on_the_node(namespace: str) -> float:
     accuracies = [float(a) for a in ACCURACY.findall(logs)]
     assert accuracies, logs[-3000:]
     return accuracies[-1]
+
+
+MILESTONES = ("process", "main", "imports", "data", "rendezvous", "model", "first_step")
+
+
+def _unix(stamp: str) -> float:
+    """An API timestamp (RFC 3339, whole seconds) as a Unix time."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def startup_table(namespace: str, checkpoints: Path) -> str:
+    """Each pod's start-up on the node, in seconds from the first pod's creation: scheduled, container
+    started (the kubelet's, whole seconds), then its rank's own milestones from metrics.json, the
+    first epoch at 99% (rank 0) and the container's end. A figure printed for BENCHMARKS, never asserted."""
+    pods = sorted(live.items("pods", namespace, INDEX), key=lambda p: int(p["metadata"]["labels"][INDEX]))
+    (metrics_file,) = checkpoints.rglob("metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    marks = metrics.get("milestones_unix_per_rank") or []
+    reached = next((h for h in metrics["history"] if h["test_accuracy"] >= 0.99), None)
+    zero = min(_unix(p["metadata"]["creationTimestamp"]) for p in pods)
+    columns = ("scheduled", "started", *MILESTONES, "99%", "ended")
+    lines = [f"{'pod':>24} " + " ".join(f"{c:>10}" for c in columns)]
+    for rank, pod in enumerate(pods):
+        status = pod["status"]
+        scheduled = next(c for c in status["conditions"] if c["type"] == "PodScheduled")
+        (container,) = status["containerStatuses"]
+        ended = container["state"]["terminated"]
+        figures = {
+            "scheduled": _unix(scheduled["lastTransitionTime"]),
+            "started": _unix(ended["startedAt"]),
+            "ended": _unix(ended["finishedAt"]),
+            **(marks[rank] if rank < len(marks) else {}),
+        }
+        if rank == 0 and reached is not None:
+            figures["99%"] = metrics["started_unix"] + reached["elapsed_s"]
+        cells = [f"{figures[c] - zero:10.2f}" if c in figures else f"{'-':>10}" for c in columns]
+        lines.append(f"{pod['metadata']['name']:>24} " + " ".join(cells))
+    return "\n".join(lines)

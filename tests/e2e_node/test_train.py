@@ -16,7 +16,13 @@ import pytest
 
 from tests.e2e.project import Backend
 from tests.e2e_local import scenario
-from tests.e2e_node.conftest import TRAINER_UID, final_accuracy_on_the_node, node_job_config, show_logs
+from tests.e2e_node.conftest import (
+    TRAINER_UID,
+    final_accuracy_on_the_node,
+    node_job_config,
+    show_logs,
+    startup_table,
+)
 
 pytestmark = pytest.mark.e2e_node
 
@@ -35,6 +41,8 @@ def test_the_indexed_job_trains_to_99_percent_on_the_real_node(
         written = [p for p in volumes["checkpoints"].rglob("*") if p.is_file()]
         assert written, "rank 0 wrote no checkpoint onto the volume"
         assert {p.stat().st_uid for p in written} == {TRAINER_UID}
+        print("start-up on the node, seconds from the first pod's creation:")
+        print(startup_table(NAMESPACE, volumes["checkpoints"]))
     finally:
         show_logs(NAMESPACE)
         scenario.destroy(stack, NAMESPACE)
