@@ -217,11 +217,10 @@ def record_fatal(line: str) -> None:
     directory = os.environ.get(FATAL_DIR_ENV)
     if not directory:
         return
-    target = Path(directory) / f"rank-{os.environ.get('RANK', '0')}"
+    from trainer.fsio import atomic_write_bytes
+
     with contextlib.suppress(OSError):
-        partial = target.with_name(f".{target.name}.{os.getpid()}")
-        partial.write_text(line)
-        os.replace(partial, target)
+        atomic_write_bytes(Path(directory) / f"rank-{os.environ.get('RANK', '0')}", line.encode())
 
 
 def recorded_fatal(directory: Path, rank: int) -> str:
