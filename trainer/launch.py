@@ -126,14 +126,23 @@ def failure_exit_code(exitcode: int) -> int:
 def root_failure(error: ChildFailedError) -> tuple[int, ProcessFailure]:
     """The worker failure torchrun saw first, as (global rank, failure).
 
-    torchrun stamps failures in whole seconds and lists those of one poll before the ranks it then
-    stopped itself. A rank that exited 200 (peer lost) only reacted to another rank's failure, so
-    within the same second the other one is the root cause (a rank SIGKILLed by the OOM killer, say,
-    rather than its neighbour that saw the connection drop).
+    torchrun stamps failures in whole seconds. When a poll finds a failed rank, it stops the others
+    with SIGTERM and records them too, after the ones it found (torch 2.13
+    `torch/distributed/elastic/multiprocessing/api.py` SubprocessContext._poll: "log sigterms and
+    sigkill exit codes in the self._failures for bookkeeping purposes"). Within one second, then, a
+    rank that ended by SIGTERM (unhandled, -15, or the trainer's own stop, 143) was stopped by torchrun
+    after the cause; a rank that exited 200 (peer lost) only reacted to another rank's failure (a rank
+    SIGKILLed by the OOM killer, say, rather than its neighbour that saw the connection drop). What is
+    left ties in torchrun's own order.
     """
+    stopped = (-signal.SIGTERM, 128 + signal.SIGTERM)
     return min(
         error.failures.items(),
-        key=lambda item: (item[1].timestamp, item[1].exitcode == EXIT_PEER_LOST),
+        key=lambda item: (
+            item[1].timestamp,
+            item[1].exitcode in stopped,
+            item[1].exitcode == EXIT_PEER_LOST,
+        ),
     )
 
 

@@ -287,3 +287,17 @@ def test_root_failure_is_not_the_rank_that_reacted_to_it() -> None:
     assert root_failure(error) == (1, killed)
     reacted.timestamp -= 1  # a second earlier: that rank failed first (the other was stopped later)
     assert root_failure(error) == (0, reacted)
+
+
+@pytest.mark.parametrize("stopped", [-signal.SIGTERM, 128 + signal.SIGTERM])
+def test_root_failure_is_not_a_rank_torchrun_stopped_after_it(stopped: int) -> None:
+    """torchrun records the ranks it stopped after the one it found failed, within the same second; the
+    dictionary lists rank 0 first when rank 1 exited 200 and rank 0 was then stopped with SIGTERM."""
+    stopped_rank = ProcessFailure(local_rank=0, pid=101, exitcode=stopped, error_file="")
+    cause = ProcessFailure(local_rank=1, pid=102, exitcode=EXIT_PEER_LOST, error_file="")
+    stopped_rank.timestamp = cause.timestamp = 1_700_000_000
+    error = ChildFailedError("trainer", {0: stopped_rank, 1: cause})
+    assert root_failure(error) == (1, cause)
+    bad_data = ProcessFailure(local_rank=1, pid=102, exitcode=3, error_file="")
+    bad_data.timestamp = stopped_rank.timestamp
+    assert root_failure(ChildFailedError("trainer", {0: stopped_rank, 1: bad_data})) == (1, bad_data)
