@@ -13,6 +13,11 @@ STACK ?= dev
 # in one process. Whole files go to one worker (loadfile), so a module's trained model or server is
 # built once; xdist hands them out by number of tests, which mixes the quick files of many tests with
 # the long local runs (measured faster than the long files first: docs/BENCHMARKS.md).
+# The tests' processes (pytest's workers, and each trainer, launcher, server and CLI they start) keep
+# the project's bytecode in __pycache__/ (git-ignored) even where the environment sets
+# PYTHONDONTWRITEBYTECODE: without it every process compiles what it imports again, and pytest
+# rewrites every test module in every worker (docs/BENCHMARKS.md#the-test-suite).
+KEEP_BYTECODE := PYTHONDONTWRITEBYTECODE=
 TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min((os.cpu_count() or 1) + 1, 4))')
 XDIST = -n $(TEST_WORKERS) --dist=loadfile
 
@@ -74,7 +79,7 @@ lint: $(VENV)/.installed ## ruff, mypy and the Pulumi.yaml schema check
 # time of the whole target (set-up included), so growth shows in every CI log.
 test: $(POLICY_VENV)/.installed ## lint and the whole test suite
 	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory lint && $(VENV)/bin/python -m pytest $(XDIST); code=$$?; \
+	$(MAKE) --no-print-directory lint && $(KEEP_BYTECODE) $(VENV)/bin/python -m pytest $(XDIST); code=$$?; \
 	echo "make test: exit $$code after $$(( $$(date +%s) - start )) s (set-up, lint and the whole suite)"; \
 	exit $$code
 
@@ -83,7 +88,7 @@ test: $(POLICY_VENV)/.installed ## lint and the whole test suite
 # `slow` and left to `make test`.
 test-fast: $(VENV)/.installed ## the quick tests only (no real processes)
 	@start=$$(date +%s); \
-	$(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \
+	$(KEEP_BYTECODE) $(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \
 	echo "make test-fast: exit $$code after $$(( $$(date +%s) - start )) s"; \
 	exit $$code
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT_ROOT
 
 ROOT = PROJECT_ROOT
@@ -32,7 +35,16 @@ class StackConfig:
 
 
 def project_file(root: Path | None = None) -> dict[str, Any]:
-    return yaml.safe_load(((root or ROOT) / "Pulumi.yaml").read_text())
+    """Pulumi.yaml, parsed once per version of the file (each caller gets its own copy)."""
+    path = (root or ROOT) / "Pulumi.yaml"
+    status = path.stat()
+    return copy.deepcopy(_parsed_project_file(str(path), status.st_mtime_ns, status.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_project_file(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    document: dict[str, Any] = yamlio.load(Path(path).read_text())
+    return document
 
 
 def stacks_dir(root: Path | None = None) -> Path:
@@ -69,7 +81,7 @@ def load_stack(name: str, root: Path | None = None) -> StackConfig:
         known = ", ".join(stack_names(root)) or "none"
         raise StackNotFound(f"no stack '{name}': {path} does not exist (stacks: {known})")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yamlio.load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" line {where.line + 1}" if where else ""

@@ -51,6 +51,7 @@ class JobResult:
     disrupted: int = 0  # pods started again after a preemption
 
 
+TICK_S = 0.2  # the supervisor's longest wait between two looks at its pods
 _OWN_ERROR = re.compile(r"^(?:python -m )?(?:trainer[\w.]*|launch)(?::| error:)")
 _LAUNCH_SUMMARY = re.compile(r"^launch: worker rank \d+ failed")
 
@@ -88,10 +89,18 @@ class PodRun:
         self.proc: subprocess.Popen[str] | None = None
         self.returncode: int | None = None
         self.stopped = False
+        self.ended = False  # set once returncode is final, before the supervisor hears of it
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
+        try:
+            self._containers()
+        finally:
+            self.ended = True
+            self.supervisor.changed.set()  # the supervisor acts on the end at once, not at its next tick
+
+    def _containers(self) -> None:
         pod, sup = self.pod, self.supervisor
         for init in pod.init:
             code = self._container(init.argv, sup.init_env(init.env), f"{pod.name}/{init.name}")
@@ -126,7 +135,7 @@ class PodRun:
         return code if code >= 0 else 128 - code
 
     def poll(self) -> int | None:
-        return None if self.thread.is_alive() else self.returncode
+        return self.returncode if self.ended or not self.thread.is_alive() else None
 
     def kill(self, sig: int) -> None:
         """Signal every process of the pod, as a container runtime does. torchrun starts its workers in
@@ -169,6 +178,9 @@ class Supervisor:
         # its peers have seen the failure too, so the new one never joins the old rendezvous.
         self.restart_delay = restart_delay
         self.lock = threading.Lock()
+        # Set by a pod's thread when the pod ends: the loop waits on it for at most TICK_S, so a pod's
+        # end is acted on when it happens and a back-off ends when it is due.
+        self.changed = threading.Event()
         self.procs: dict[str, PodRun] = {}
         self.tails: dict[str, deque[str]] = defaultdict(lambda: deque(maxlen=80))
         self.restarts = Restarts()
@@ -277,6 +289,7 @@ class Supervisor:
             self.start(pod)
         try:
             while True:
+                self.changed.clear()
                 now = time.monotonic()
                 if now - started > limit:
                     return self._result(False, f"deadline of {limit:.0f}s exceeded", started)
@@ -285,7 +298,7 @@ class Supervisor:
                 result = self._step(now, started)
                 if result is not None:
                     return result
-                time.sleep(0.2)
+                self.changed.wait(self._tick(time.monotonic()))
         finally:
             self.stop_all()
 
@@ -357,11 +370,20 @@ class Supervisor:
         self.succeeded.clear()
         self.waiting = dict.fromkeys((p.name for p in self.job.pods), now + self.restart_delay)
 
+    def _tick(self, now: float) -> float:
+        """How long the loop may wait for a pod to end: TICK_S (what preemptions and grace periods
+        are checked by), or less where a pod's back-off ends sooner."""
+        due = min(self.waiting.values(), default=now + TICK_S)
+        return max(0.0, min(TICK_S, due - now))
+
     def _finish(self, started: float) -> JobResult:
         """The job succeeded (all indexes, or the Master): give the others a moment to exit."""
         grace = time.monotonic() + 30
         while time.monotonic() < grace and any(r.poll() is None for r in self.procs.values()):
-            time.sleep(0.2)
+            self.changed.clear()
+            if all(r.poll() is not None for r in self.procs.values()):
+                break
+            self.changed.wait(TICK_S)
         return self._result(True, "succeeded", started)
 
     def _result(self, succeeded: bool, reason: str, started: float) -> JobResult:

@@ -18,9 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import yaml
-
 from infra.localcluster.kube import ApiError, Client, Obj
+from infra.program.common import yamlio
 
 MODULE = "github.com/cert-manager/cert-manager"
 GROUP = "/apis/cert-manager.io/v1"
@@ -184,6 +183,6 @@ def crds(module: Path) -> list[Obj]:
     return [
         d
         for path in sorted((module / "deploy" / "crds").glob("*.yaml"))
-        for d in yaml.safe_load_all(path.read_text())
+        for d in yamlio.load_all(path.read_text())
         if d and d.get("kind") == "CustomResourceDefinition"
     ]

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from infra.localcluster.kube import Obj
+from infra.program.common import yamlio
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 STAGE_API = "kwok.x-k8s.io/v1alpha1"
@@ -214,7 +213,7 @@ def slow_ready_stage(
 ) -> Obj:
     """New pods of `namespace` with `labels` become Ready only `delay_s` after they were scheduled
     (upstream's pod-ready stage, delayed and preferred): a server whose model takes that long to load."""
-    stage: Obj = yaml.safe_load(
+    stage: Obj = yamlio.load(
         (kwok_module / "kustomize" / "stage" / "pod" / "fast" / "pod-ready.yaml").read_text()
     )
     stage["metadata"] = {"name": name}
@@ -231,14 +230,12 @@ def slow_ready_stage(
 
 
 def stages(kwok_module: Path) -> list[Obj]:
-    upstream = [
-        yaml.safe_load((kwok_module / "kustomize" / "stage" / p).read_text()) for p in UPSTREAM_STAGES
-    ]
+    upstream = [yamlio.load((kwok_module / "kustomize" / "stage" / p).read_text()) for p in UPSTREAM_STAGES]
     return [*upstream, job_pod_complete()]
 
 
 def stage_crd(kwok_module: Path) -> Obj:
-    loaded: Obj = yaml.safe_load(
+    loaded: Obj = yamlio.load(
         (kwok_module / "kustomize" / "crd" / "bases" / "kwok.x-k8s.io_stages.yaml").read_text()
     )
     return loaded

@@ -21,6 +21,7 @@ from infra.localcluster.build import module_dir
 from infra.localcluster.cluster import ClusterError, State
 from infra.localcluster.kube import Obj
 from infra.localcluster.parts import PARTS
+from infra.program.common import yamlio
 
 MODULE = "sigs.k8s.io/kueue"
 NAMESPACE = "kueue-system"
@@ -33,7 +34,7 @@ def manifests() -> list[Obj]:
     """Kueue's objects as `kubectl kustomize config/default` renders them from the pinned module."""
     module = module_dir(PARTS["kueue"].directory, MODULE)
     rendered = _kubectl(["kustomize", str(module / "config" / "default")], None)
-    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] not in LEFT_OUT]
+    return [d for d in yamlio.load_all(rendered) if d and d["kind"] not in LEFT_OUT]
 
 
 def _kubectl(args: list[str], kubeconfig: str | None, stdin: str | None = None) -> str:

@@ -43,6 +43,7 @@ import yaml
 
 from infra.localcluster.build import EXIT_BUILD_FAILED, BuildError, go_env, go_version
 from infra.localcluster.parts import PARTS
+from infra.program.common import yamlio
 from infra.program.common.vendored import INDEX, KSERVE, KUSTOMIZATION, MANIFESTS, TRAINER, TRAINING_OPERATOR
 
 EXIT_DIFFERENT = 1
@@ -138,7 +139,7 @@ def trainer_manifests(trainer: Path, jobset: Path, scratch: Path) -> Path:
     built from the JobSet module (upstream's refers to GitHub's release download); its manager overlay."""
     manifests = _writable_copy(trainer / "manifests", scratch / "trainer-manifests")
     third_party = manifests / "third-party" / "jobset"
-    kustomization = yaml.safe_load((third_party / "kustomization.yaml").read_text())
+    kustomization = yamlio.load((third_party / "kustomization.yaml").read_text())
     (third_party / "manifests.yaml").write_bytes(_kustomize(jobset / "config" / "default"))
     kustomization["resources"] = ["manifests.yaml"]
     (third_party / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))

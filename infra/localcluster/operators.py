@@ -8,6 +8,7 @@ from __future__ import annotations
 import yaml
 
 from infra.localcluster.standins import LocalPod, StandIn
+from infra.program.common import yamlio
 
 # The operator's init container template flag and its default path (v1.9.4 pkg/config/config.go).
 TEMPLATE_FLAG = "--pytorch-init-container-template-file"
@@ -51,7 +52,7 @@ def _manager_config(mount_path: str, content: bytes, pod: LocalPod) -> bytes:
     cmd/trainer-controller-manager/main.go have no flags for them)."""
     if mount_path != MANAGER_CONFIG:
         return content
-    config = yaml.safe_load(content) or {}
+    config = yamlio.load(content) or {}
     config.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{pod.ports[8081]}"
     config.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{pod.ports[8443]}"
     webhook = config.setdefault("webhook", {})

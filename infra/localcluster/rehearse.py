@@ -48,6 +48,7 @@ from infra.localcluster.build import EXIT_BUILD_FAILED, EXIT_NO_GO, BuildError, 
 from infra.localcluster.cluster import DEFAULT_STATE, ClusterError, State, alive
 from infra.localcluster.expected import missing_prerequisites
 from infra.localcluster.parts import KUBERNETES_PROVIDER_VERSION
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT, SECRET_KEYS
 from infra.stackconfig import (
     ROOT,
@@ -170,7 +171,7 @@ def override(key: str, value: str) -> Any:
     if project_file().get("config", {}).get(short, {}).get("type") != "array":
         return value
     try:
-        parsed = yaml.safe_load(value)
+        parsed = yamlio.load(value)
     except yaml.YAMLError:
         parsed = None
     if not isinstance(parsed, list):
@@ -183,7 +184,7 @@ def stack_source(stack: str) -> tuple[str, StackConfig, dict[str, Any]]:
     `stacks/Pulumi.<stack>.yaml`, or a stack file of yours given by its path (`.../Pulumi.<name>.yaml`)."""
     if not stack.endswith(".yaml"):
         loaded = load_stack(stack)
-        document = yaml.safe_load((stacks_dir() / f"Pulumi.{stack}.yaml").read_text()) or {}
+        document = yamlio.load((stacks_dir() / f"Pulumi.{stack}.yaml").read_text()) or {}
         return stack, loaded, document.get("config") or {}
     path = Path(stack)
     name = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
@@ -192,7 +193,7 @@ def stack_source(stack: str) -> tuple[str, StackConfig, dict[str, Any]]:
             f"no stack file {stack} (a stack of stacks/, or the path of a Pulumi.<name>.yaml)"
         )
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yamlio.load(path.read_text()) or {}
     except yaml.YAMLError:
         raise StackNotFound(f"stack file {stack} is not valid YAML") from None
     config = document.get("config") if isinstance(document, dict) else None
@@ -236,7 +237,7 @@ def write_stack_file(work: Path, name: str, plain: dict[str, Any]) -> Path:
     """The rehearsal project's `Pulumi.<name>.yaml`: `plain` as its whole config (a value left from an
     earlier rehearsal goes), everything else the CLI wrote there (its encryption salt) kept."""
     path = work / f"Pulumi.{name}.yaml"
-    current = (yaml.safe_load(path.read_text()) if path.exists() else None) or {}
+    current = (yamlio.load(path.read_text()) if path.exists() else None) or {}
     path.write_text(yaml.safe_dump({**current, "config": plain}, sort_keys=False))
     return path
 

@@ -30,6 +30,7 @@ import yaml
 from infra.local.ports import free_port
 from infra.localcluster.build import binary
 from infra.localcluster.kube import Client, Obj
+from infra.program.common import yamlio
 
 # The paths of a pod's own filesystem the stand-ins need: a private /tmp (the operators' webhook
 # certificates, at paths they hard-code) and /run, which holds /var/run/secrets/kubernetes.io/
@@ -223,7 +224,7 @@ class LocalPods:
                 "spec": {"expirationSeconds": 86400},
             },
         )["status"]["token"]
-        config = yaml.safe_load(self.kubeconfig.read_text())
+        config = yamlio.load(self.kubeconfig.read_text())
         config["users"] = [{"name": "admin", "user": {"token": token}}]
         cluster = config["clusters"][0]["cluster"]
         ca = Path(cluster.pop("certificate-authority")).read_bytes()  # a path the pod may not see

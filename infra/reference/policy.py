@@ -10,8 +10,7 @@ import json
 import sys
 from typing import Any
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT_ROOT
 from infra.reference.markdown import code, slug, table
 from infra.reference.page import header
@@ -55,7 +54,7 @@ def _type(prop: dict[str, Any]) -> str:
 
 def page() -> str:
     found = policies()
-    pack = yaml.safe_load((POLICY_DIR / "PulumiPolicy.yaml").read_text())
+    pack = yamlio.load((POLICY_DIR / "PulumiPolicy.yaml").read_text())
     rows = [
         (
             f"[{code(p.name)}](#{slug(p.name)})",

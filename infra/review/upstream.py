@@ -20,9 +20,12 @@ stack's own objects.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import yaml
 
+from infra.program.common import yamlio
 from infra.program.common.vendored import Vendored, file_sha256, index
 
 if TYPE_CHECKING:
@@ -97,9 +101,26 @@ def documents(path: Path) -> list[dict[str, Any]]:
 
 @functools.cache
 def _parsed(path: str, sha256: str) -> str:
-    """The file's objects as JSON, parsed once per content (libyaml: the three files hold 14 MB)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return json.dumps([d for d in yaml.load_all(Path(path).read_text(), Loader=loader) if d])
+    """The file's objects as JSON, parsed once per content: the three files hold 14 MB, about 3 s of
+    YAML even with libyaml, and a second to read back as JSON. Each process, each test worker and each
+    `make render` would pay it, so the JSON is kept on disk by the content's sha256 (PARSED_CACHE),
+    written whole or not at all; where that directory cannot be written, each process parses again."""
+    cached = parsed_cache() / f"{sha256}.json"
+    with contextlib.suppress(OSError):
+        return cached.read_text()
+    text = json.dumps([d for d in yamlio.load_all(Path(path).read_text()) if d])
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=cached.parent, suffix=".tmp", delete=False) as out:
+            out.write(text)
+        os.replace(out.name, cached)
+    return text
+
+
+def parsed_cache() -> Path:
+    """Where parsed manifests are kept: $DDP_MNIST_CACHE/parsed (default ~/.cache/ddp-mnist/parsed)."""
+    base = os.environ.get("DDP_MNIST_CACHE") or str(Path.home() / ".cache" / "ddp-mnist")
+    return Path(base) / "parsed"
 
 
 def source_of(registration: Registration) -> str:

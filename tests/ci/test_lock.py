@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from importlib import metadata
 
 import pytest
-import yaml
 from packaging.requirements import Requirement
 
 from constraints.lock import (
@@ -31,6 +30,7 @@ from constraints.lock import (
     project,
     read_pins,
 )
+from infra.program.common import yamlio
 
 PINS = read_pins()
 # Extras that a development environment may lack (none: `make run` and `make test` install them all).
@@ -175,7 +175,7 @@ def test_every_install_is_constrained():
     # The workflows install .venv-infra only through the Makefile; the policy pack from its requirements.
     workflows = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
     scripts = [
-        step["run"] for path in workflows for job in yaml.safe_load(path.read_text())["jobs"].values()
+        step["run"] for path in workflows for job in yamlio.load(path.read_text())["jobs"].values()
         for step in job.get("steps", []) if "run" in step
     ]  # fmt: skip
     installs = [line for script in scripts for line in _pip_installs(script)]

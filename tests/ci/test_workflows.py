@@ -11,8 +11,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
 
+from infra.program.common import yamlio
 from infra.program.common.config import settings_from_raw
 from infra.stackconfig import ROOT, load_stack, stack_names
 
@@ -74,7 +74,7 @@ def lint(*files: Path) -> list[dict]:
 
 
 def _load(path: Path) -> dict:
-    document = yaml.safe_load(path.read_text())
+    document = yamlio.load(path.read_text())
     document["on"] = document.pop(True, document.get("on"))  # YAML 1.1 reads the key `on` as true
     return document
 
@@ -481,7 +481,7 @@ def test_pull_requests_render_every_stack_and_diff_against_the_base():
 def test_dependabot_proposes_updates_for_every_pinned_manifest_but_torch():
     """The actions (pinned by commit) and the Python pins of the program's and the policy pack's
     environments get weekly update pull requests; torch, pinned by the project, does not."""
-    config = yaml.safe_load((ROOT / ".github" / "dependabot.yml").read_text())
+    config = yamlio.load((ROOT / ".github" / "dependabot.yml").read_text())
     updates = {u["package-ecosystem"]: u for u in config["updates"]}
     assert set(updates) == {"github-actions", "pip"}
     manifests = {d.strip("/") for d in updates["pip"]["directories"]}

@@ -6,8 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.stackconfig import ROOT
 
 DOC = ROOT / "docs" / "EXISTING-KUBEFLOW.md"
@@ -25,11 +24,11 @@ def _block_after(marker: str) -> str:
 
 def recipe_patch() -> dict[str, Any]:
     """The partial Deployment the page tells a team to apply."""
-    return dict(yaml.safe_load(_block_after(PATCH_MARKER)))
+    return dict(yamlio.load(_block_after(PATCH_MARKER)))
 
 
 def recipe_undo() -> tuple[str, dict[str, Any]]:
     """The undo: its `kubectl ...` command line and the object it applies (the heredoc)."""
     command, _, rest = _block_after(UNDO_MARKER).partition(" <<'YAML'\n")
     body = rest.rsplit("YAML", 1)[0]
-    return command.strip(), dict(yaml.safe_load(body))
+    return command.strip(), dict(yamlio.load(body))

@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-import yaml
 
+from infra.program.common import yamlio
 from tests.docs.pages import DOCS, ROOT, anchors, page, pages, paragraphs, shell_blocks
 
 # Markdown links [text](target) and reference definitions [label]: target, outside fenced blocks.
@@ -122,7 +122,7 @@ def nav_pages(nav) -> list[str]:
 
 
 def test_the_nav_holds_every_page_once_and_every_page_is_in_it():
-    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = yamlio.load((ROOT / "mkdocs.yml").read_text())
     listed = nav_pages(config["nav"])
     assert len(listed) == len(set(listed))
     assert set(listed) == {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}

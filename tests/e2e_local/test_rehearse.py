@@ -30,10 +30,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra.localcluster import cluster, kueue
 from infra.localcluster.rehearse import EXIT_FAILED, EXIT_MISSING, rehearsal_config
+from infra.program.common import yamlio
 from infra.stackconfig import ROOT, stack_names
 from tests.e2e_local import scenario
 
@@ -151,7 +151,7 @@ def _crd(kind: str) -> dict:
     path = ROOT / "infra" / "manifests" / "training-operator" / "manifests.yaml"
     return next(
         doc
-        for doc in yaml.safe_load_all(path.read_text())
+        for doc in yamlio.load_all(path.read_text())
         if doc and doc["kind"] == "CustomResourceDefinition" and doc["spec"]["names"]["kind"] == kind
     )
 

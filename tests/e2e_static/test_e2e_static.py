@@ -19,8 +19,8 @@ from types import SimpleNamespace
 import kubernetes_validate
 import pulumi
 import pytest
-import yaml
 
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT_ROOT
 from infra.program.settings.prerequisites import MINIO_IMAGE, NFS_CSI_CHART, NFS_SERVER_IMAGE
 from infra.review.admission import Namespace, admit
@@ -40,7 +40,7 @@ from tests.e2e.stacks import indexed_config, job_config, platform_config, prereq
 RECORDED = Path(__file__).parent / "recorded"
 CRDS = ROOT.parent / "shared" / "k8s" / "crds"
 VERSION = "1.33.0"  # the kind node image's Kubernetes (.github/workflows/e2e-kind.yml)
-LIVE_WORKER = yaml.safe_load((RECORDED / "mnist-r1-worker-0.yaml").read_text())
+LIVE_WORKER = yamlio.load((RECORDED / "mnist-r1-worker-0.yaml").read_text())
 IMAGE = LIVE_WORKER["spec"]["containers"][0]["image"]
 KEYS = ("e2eAKIA", "s3cr3t-e2e")
 STACKS = {
@@ -298,7 +298,7 @@ def test_field_refs_compare_equal_once_the_api_server_defaulted_their_api_versio
 
 
 def test_refused_pod_creations_come_from_both_controllers_events():
-    events = yaml.safe_load((RECORDED / "events.yaml").read_text())["items"]
+    events = yamlio.load((RECORDED / "events.yaml").read_text())["items"]
     refused = judge.refused_pod_creations(events)
     assert [line.split(":", 1)[0] for line in refused] == ["PyTorchJob/mnist-r1", "Job/ddp-mnist-seed"]
     assert 'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false' in refused[0]
@@ -374,7 +374,7 @@ def test_the_image_reference_is_the_pushed_digest():
 def test_the_automation_project_never_writes_into_the_repository(tmp_path):
     backend = project.Backend.create(tmp_path)
     work = project.project_dir(backend)
-    settings = yaml.safe_load((work / "Pulumi.yaml").read_text())
+    settings = yamlio.load((work / "Pulumi.yaml").read_text())
     assert "stackConfigDir" not in settings
     assert settings["runtime"]["options"]["virtualenv"] == str(ROOT / ".venv-infra")
     assert settings["main"] == "infra/" and (work / "infra").resolve() == ROOT / "infra"
@@ -386,7 +386,7 @@ def test_the_automation_project_never_writes_into_the_repository(tmp_path):
 
 
 def test_the_kind_workflow_runs_make_e2e_on_a_pinned_cluster_and_keeps_the_evidence():
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "e2e-kind.yml").read_text())
+    workflow = yamlio.load((ROOT / ".github" / "workflows" / "e2e-kind.yml").read_text())
     triggers = workflow.pop(True)  # YAML 1.1 reads the key `on` as true
     assert set(triggers) == {"push", "schedule", "workflow_dispatch"} and triggers["push"]["branches"] == [
         "main"

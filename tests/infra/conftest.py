@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Any
 
 from infra.program.settings import PROJECT
@@ -39,6 +41,17 @@ def stack_config(
 
 def render_config(values: dict[str, Any], secrets: dict[str, str] | None = None) -> Rendering:
     return render(stack_config({**BASE, **values}, secrets))
+
+
+def shipped(name: str) -> Rendering:
+    """A shipped stack (stacks/Pulumi.NAME.yaml) rendered, once per test process: each caller gets a
+    copy of its own to change."""
+    return copy.deepcopy(_shipped(name))
+
+
+@functools.cache
+def _shipped(name: str) -> Rendering:
+    return render(load_stack(name))
 
 
 def by_kind(rendering: Rendering, kind: str) -> list[dict[str, Any]]:

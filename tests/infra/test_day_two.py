@@ -7,10 +7,8 @@ import pulumi
 import pytest
 
 from infra.program.platform.operator_ingress import policy_name
-from infra.review.manifest import render
 from infra.review.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
-from infra.stackconfig import load_stack
-from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config
+from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config, shipped
 
 JOB_TYPES = {"pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob", "indexed-job": "kubernetes:batch/v1:Job"}
 
@@ -98,7 +96,7 @@ PLATFORM_SMOKE = {
 
 @pytest.mark.parametrize("name", PLATFORM_STACKS)
 def test_a_platform_stack_installs_only_the_operators_their_smoke_check_and_the_gpu_plugin(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     # KServe's release manifest leaves its namespace out: the stack creates it.
     kserve = ["Namespace/kserve"] if rendering.settings.kserve_install else []
     objects = [
@@ -130,7 +128,7 @@ def test_job_stacks_on_shared_clusters_install_no_cluster_level_object(name):
     """Their namespace and StorageClasses are their platform stack's (teamNamespaces,
     platformStorageClasses): every object they create lies in their own namespace, which the namespaced
     Role ddp-mnist-job-deployer covers."""
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     assert rendering.external == []
     assert rendering.objects
     assert {o["metadata"].get("namespace") for o in rendering.objects} == {rendering.settings.namespace}
@@ -263,7 +261,7 @@ def test_a_job_not_awaited_is_still_deleted_before_its_replacement_is_created(va
 
 
 def test_eks_gpu_as_shipped_waits_for_the_old_indexed_job_to_be_gone():
-    rendering = render(load_stack("eks-gpu"))
+    rendering = shipped("eks-gpu")
     jobs = by_kind(rendering, "Job")
     assert jobs and all(_deletion_awaited(j) for j in jobs)
     assert [

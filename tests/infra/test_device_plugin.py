@@ -9,9 +9,7 @@ from infra.program.checks import ConfigError
 from infra.program.platform.device_plugin import gpu_smoke_outcome
 from infra.program.settings.base import GPU_DEVICE_PLUGIN_IMAGE
 from infra.review.cluster import cluster_view
-from infra.review.manifest import render
-from infra.stackconfig import load_stack
-from tests.infra.conftest import by_kind, render_config
+from tests.infra.conftest import by_kind, render_config, shipped
 from tests.infra.test_platform_stack import JOB, settings_of
 
 PLATFORM = {"stackRole": "platform", "operatorInstall": False, "gpuDevicePlugin": "install"}
@@ -69,7 +67,7 @@ def test_a_mirror_must_be_pinned_and_only_a_platform_or_all_stack_installs_it():
 
 @pytest.mark.parametrize("stack", ["eks-platform", "aks-platform"])
 def test_the_eks_and_aks_platform_stacks_install_it(stack: str) -> None:
-    assert [d["metadata"]["name"] for d in by_kind(render(load_stack(stack)), "DaemonSet")] == [
+    assert [d["metadata"]["name"] for d in by_kind(shipped(stack), "DaemonSet")] == [
         "nvidia-device-plugin-daemonset"
     ]
 
@@ -185,7 +183,7 @@ def test_the_plugin_runs_on_linux_gpu_nodes_it_tolerates_and_leaves_those_anothe
 
 
 def test_the_aks_platform_stack_tolerates_its_gpu_pools_taint_and_nothing_wider():
-    rendering = render(load_stack("aks-platform"))
+    rendering = shipped("aks-platform")
     (daemon_set,) = by_kind(rendering, "DaemonSet")
     assert daemon_set["spec"]["template"]["spec"]["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},

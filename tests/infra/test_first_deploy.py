@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from infra.program.checks import ConfigError
+from infra.program.common import yamlio
 from infra.program.common.config import settings_from_raw
 from infra.program.settings import PROJECT
 from infra.review.manifest import RecordingMocks, render, run_program
@@ -32,7 +32,7 @@ KEYS = {"minioAccessKey": "AKIAEXAMPLE", "minioSecretKey": "example-secret"}
 
 def _stack_file(name: str) -> StackConfig:
     """A stack file exactly as checked in (no offline stand-ins for its unset secret keys)."""
-    document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())
+    document = yamlio.load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())
     return from_mapping(name, document["config"])
 
 

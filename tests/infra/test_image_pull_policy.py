@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from infra.program.checks import ConfigError
+from infra.program.common import yamlio
 from infra.program.common.config import settings_from_raw
 from infra.program.settings.base import pinned_by_digest
 from tests.infra.conftest import BASE, render_config, stack_config
@@ -127,7 +128,6 @@ def test_a_stack_that_requires_a_digest_refuses_a_tag_with_one_line():
 def test_the_shipped_cloud_job_stacks_require_a_digest_and_render_with_a_stand_in_one():
     """Their file names the release by tag, which `pulumi up` refuses until the user sets the digest its
     release notes print; offline tools show them with an all-zero digest that names no image."""
-    import yaml
 
     from infra.review.manifest import render, to_yaml
     from infra.stackconfig import ROOT, STAND_IN_DIGEST, from_mapping, load_stack, stack_names
@@ -138,7 +138,7 @@ def test_the_shipped_cloud_job_stacks_require_a_digest_and_render_with_a_stand_i
     keys = {f"ddp-mnist:{k}": "[secret]" for k in ("minioAccessKey", "minioSecretKey")}
     keys |= {f"ddp-mnist:{k}": "[secret]" for k in ("minioReadAccessKey", "minioReadSecretKey")}
     for name in cloud_jobs:
-        document = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())
+        document = yamlio.load((ROOT / "stacks" / f"Pulumi.{name}.yaml").read_text())
         as_written = from_mapping(name, document["config"])
         with pytest.raises(ConfigError) as raised:  # the keys given, the tag alone is what is refused
             settings_from_raw({**as_written.values, **keys}, set(keys))

@@ -10,8 +10,6 @@ import pytest
 from infra.program.checks import ConfigError
 from infra.program.common.isolation import EPHEMERAL_PORTS
 from infra.program.common.meta import JOB_LABEL
-from infra.review.manifest import render
-from infra.stackconfig import load_stack
 from tests.infra.conftest import (
     JOB_STACKS,
     by_kind,
@@ -19,6 +17,7 @@ from tests.infra.conftest import (
     one,
     pod_templates,
     render_config,
+    shipped,
     team_policies,
 )
 
@@ -46,7 +45,7 @@ def _peer_ports(master_port=23456):
 
 @pytest.mark.parametrize("name", STACKS)
 def test_network_policy_selects_exactly_the_jobs_pods(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     (policy,) = [p for p in team_policies(rendering) if p["metadata"]["name"] == "mnist-r1"]
     selector = policy["spec"]["podSelector"]
     assert selector == {"matchLabels": {JOB_LABEL: "mnist-r1"}}
@@ -59,7 +58,7 @@ def test_network_policy_selects_exactly_the_jobs_pods(name):
 
 @pytest.mark.parametrize("name", STACKS)
 def test_dns_egress_reaches_the_metadata_address_on_gke_stacks_only(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     (policy,) = [p for p in team_policies(rendering) if p["metadata"]["name"] == "mnist-r1"]
     blocks = [peer["ipBlock"]["cidr"] for peer in policy["spec"]["egress"][0]["to"] if "ipBlock" in peer]
     metadata = "169.254.169.254/32" in blocks
@@ -234,7 +233,7 @@ def test_network_policy_exists_before_the_job_and_can_be_turned_off():
 
 @pytest.mark.parametrize("name", STACKS)
 def test_pods_run_as_their_own_service_account_without_token_or_rbac(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     (account,) = [
         a
         for a in by_kind(rendering, "ServiceAccount")
@@ -263,7 +262,7 @@ def test_new_objects_are_children_named_after_their_components():
 
 @pytest.mark.parametrize("name", STACKS)
 def test_no_budget_unless_configured(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     assert by_kind(rendering, "ResourceQuota") == by_kind(rendering, "LimitRange") == []
     assert not any(r.type.endswith(":NamespaceBudget") for r in rendering.registrations)
 

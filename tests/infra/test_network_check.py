@@ -27,8 +27,7 @@ from infra.review.admission import admit, namespace_of
 from infra.review.cluster import controllers_for
 from infra.review.effective import derive
 from infra.review.manifest import render
-from infra.stackconfig import load_stack
-from tests.infra.conftest import BASE, PLATFORM_STACKS, by_kind, one, stack_config
+from tests.infra.conftest import BASE, PLATFORM_STACKS, by_kind, one, shipped, stack_config
 
 PLATFORM = {**BASE, "stackRole": "platform", "networkPolicySmokeCheck": True}
 
@@ -159,14 +158,14 @@ def test_the_policies_open_the_open_port_from_the_probe_to_the_target_and_nothin
 
 @pytest.mark.parametrize("name", PLATFORM_STACKS)
 def test_every_shipped_platform_stack_runs_it(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     assert [j["metadata"]["name"] for j in in_smoke(rendering, "Job")].count(NETWORK_JOB) == 1
     assert "networkPolicySmokeCheck" in rendering.outputs
 
 
 def test_it_can_be_switched_off_and_job_stacks_never_run_it():
     assert not in_smoke(render(stack_config({**PLATFORM, "networkPolicySmokeCheck": False})), "Job")
-    assert not in_smoke(render(load_stack("gke-gpu")), "Job")
+    assert not in_smoke(shipped("gke-gpu"), "Job")
 
 
 def settings_for(storage: str) -> Settings:

@@ -12,6 +12,7 @@ import kubernetes_validate
 import pulumi
 import pytest
 
+from infra.program.common import yamlio
 from infra.program.platform.training_operator import TEMPLATE_ANNOTATION
 from infra.program.settings import OPERATOR_INIT_IMAGE
 from infra.review.admission import admit
@@ -131,11 +132,10 @@ def test_the_operator_pod_meets_restricted_with_requests_and_its_namespace_enfor
 def test_the_operators_cluster_role_keeps_what_the_pytorchjob_controller_uses():
     """The vendored ClusterRole as the platform applies it: no exec into pods, no Roles, RoleBindings or
     ServiceAccounts (MPIJob's), no other job kinds; pods, services, events, PyTorchJobs stay."""
-    import yaml
 
     from infra.program.common.vendored import MANIFESTS
 
-    docs = yaml.safe_load_all((MANIFESTS / "training-operator" / "manifests.yaml").read_text())
+    docs = yamlio.load_all((MANIFESTS / "training-operator" / "manifests.yaml").read_text())
     (role,) = [
         d for d in docs if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "training-operator"
     ]

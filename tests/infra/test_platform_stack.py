@@ -13,8 +13,7 @@ from infra.program.common.config import settings_from_raw
 from infra.program.common.platform_facts import PlatformMismatch
 from infra.program.settings import Settings
 from infra.review.manifest import render
-from infra.stackconfig import load_stack
-from tests.infra.conftest import BASE, PLATFORM_STACKS, render_config, stack_config
+from tests.infra.conftest import BASE, PLATFORM_STACKS, render_config, shipped, stack_config
 
 JOB = {**BASE, "stackRole": "job", "operatorInstall": False, "jobWait": True}
 
@@ -46,7 +45,7 @@ def take(job: dict[str, Any], found: Any) -> Settings:
 
 @pytest.mark.parametrize("stack", PLATFORM_STACKS)
 def test_every_shipped_platform_stack_exports_what_its_config_installs(stack):
-    rendering = render(load_stack(stack))
+    rendering = shipped(stack)
     found = rendering.outputs[platform.OUTPUT]
     settings = rendering.settings
     assert found["schema"] == platform.SCHEMA
@@ -177,7 +176,7 @@ def test_platform_stack_is_for_job_stacks_and_a_stack_reference():
 
 
 def test_offline_tools_read_the_platform_stack_from_its_file():
-    rendering = render(load_stack("gke-gpu"))
+    rendering = shipped("gke-gpu")
     assert rendering.settings.platform_stack == "gke-platform"
     assert rendering.settings.kserve_present and rendering.settings.operator_init_container_restricted
     with pytest.raises(PlatformMismatch, match="no stack 'nowhere'"):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.program.schema import project_text
 from infra.program.settings import SECRET_KEYS, Settings
 from infra.stackconfig import ROOT, project_file
@@ -38,7 +37,7 @@ def test_every_stack_can_run_under_the_cli():
     assert [k for k, entry in config.items() if "default" not in entry] == []
     types = {"string": str, "integer": int, "boolean": bool, "array": list}
     for path in (ROOT / "stacks").glob("Pulumi.*.yaml"):
-        for key, value in yaml.safe_load(path.read_text())["config"].items():
+        for key, value in yamlio.load(path.read_text())["config"].items():
             name = key.removeprefix("ddp-mnist:")
             assert name in config, f"{path.name}: {key} is not declared"
             assert isinstance(value, types[config[name]["type"]]), f"{path.name}: {key}={value!r}"
@@ -46,7 +45,7 @@ def test_every_stack_can_run_under_the_cli():
 
 
 def test_project_runtime_and_layout():
-    document = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    document = yamlio.load((ROOT / "Pulumi.yaml").read_text())
     assert document["runtime"]["name"] == "python"
     assert document["main"] == "infra/"
     assert document["stackConfigDir"] == "stacks"
@@ -54,5 +53,5 @@ def test_project_runtime_and_layout():
 
 def test_stack_files_hold_no_secret_values():
     for path in (ROOT / "stacks").glob("Pulumi.*.yaml"):
-        config = yaml.safe_load(path.read_text())["config"]
+        config = yamlio.load(path.read_text())["config"]
         assert not any(k.endswith(("AccessKey", "SecretKey")) for k in config), path

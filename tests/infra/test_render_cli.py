@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.stackconfig import ROOT
 
 
@@ -52,7 +51,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
         "validated: built-in objects against Kubernetes 1.33 (strict); LocalQueue: Kueue's CRD schema "
         "(strict); 5 effective pods admitted under Pod Security 'restricted', LimitRange and ResourceQuota"
     ) in result.stdout
-    effective = list(yaml.safe_load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
+    effective = list(yamlio.load_all((tmp_path / "eks-gpu.effective.yaml").read_text()))
     assert [d["metadata"]["generateName"] for d in effective] == [
         "ddp-mnist-seed-",
         "mnist-r1-0-",
@@ -62,7 +61,7 @@ def test_render_writes_manifest_and_summary(tmp_path):
     ]
     for written in ("eks-gpu.yaml", "eks-gpu.effective.yaml"):
         assert (tmp_path / written).stat().st_mode & 0o777 == 0o666 & ~_umask(), written
-    documents = list(yaml.safe_load_all((tmp_path / "eks-gpu.yaml").read_text()))
+    documents = list(yamlio.load_all((tmp_path / "eks-gpu.yaml").read_text()))
     assert [d["kind"] for d in documents] == [
         "PersistentVolumeClaim",
         "PersistentVolumeClaim",

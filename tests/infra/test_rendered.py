@@ -6,10 +6,8 @@ import pytest
 
 from infra.program.common.vendored import MANIFESTS
 from infra.review.cluster import cluster_view
-from infra.review.manifest import render
 from infra.review.podenv import container_env, node_argv
-from infra.stackconfig import load_stack
-from tests.infra.conftest import by_kind, one, pod_templates, render_config
+from tests.infra.conftest import by_kind, one, pod_templates, render_config, shipped
 
 GPU_STACKS = ["gke-gpu", "eks-gpu", "aks-gpu"]
 
@@ -27,7 +25,7 @@ def _torchrun_flags(argv):
 
 @pytest.mark.parametrize("name", ["dev", *GPU_STACKS])
 def test_both_claims_are_read_write_many(name):
-    claims = by_kind(render(load_stack(name)), "PersistentVolumeClaim")
+    claims = by_kind(shipped(name), "PersistentVolumeClaim")
     assert sorted(c["metadata"]["name"] for c in claims) == ["ddp-mnist-checkpoints", "ddp-mnist-data"]
     assert all(c["spec"]["accessModes"] == ["ReadWriteMany"] for c in claims)
 
@@ -133,7 +131,7 @@ def test_training_job_depends_on_the_operator_install():
 
 @pytest.mark.parametrize("name", GPU_STACKS)
 def test_gpu_limits_equal_processes_per_node(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     job = by_kind(rendering, "PyTorchJob") + by_kind(rendering, "Job")
     for template in pod_templates(rendering):
         resources = _container(template)["resources"]
@@ -147,7 +145,7 @@ def test_gpu_limits_equal_processes_per_node(name):
 
 
 def test_cpu_stack_requests_no_gpu_and_uses_gloo():
-    for template in pod_templates(render(load_stack("dev"))):
+    for template in pod_templates(shipped("dev")):
         container = _container(template)
         assert "nvidia.com/gpu" not in container["resources"]["limits"]
         assert "--backend=gloo" in container["args"]
@@ -174,7 +172,7 @@ def test_cpu_stack_requests_no_gpu_and_uses_gloo():
     ],
 )
 def test_gpu_stacks_are_placed_on_gpu_pools(name, selector, toleration):
-    for template in pod_templates(render(load_stack(name))):
+    for template in pod_templates(shipped(name)):
         spec = template["spec"]
         assert spec["nodeSelector"] == selector
         assert toleration in spec["tolerations"]
@@ -325,7 +323,7 @@ def test_s3_credentials_only_by_reference():
 
 @pytest.mark.parametrize("name", ["dev", *GPU_STACKS])
 def test_pods_are_restricted_with_memory_backed_shm(name):
-    for template in pod_templates(render(load_stack(name))):
+    for template in pod_templates(shipped(name)):
         spec = template["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -388,7 +386,7 @@ def test_operator_install_is_pinned_and_optional():
 
 
 def test_stack_outputs():
-    outputs = render(load_stack("dev")).outputs
+    outputs = shipped("dev").outputs
     assert outputs["namespace"] == "ddp-mnist-dev"
     assert outputs["jobName"] == "mnist-r1"
     assert (outputs["dataClaim"], outputs["checkpointClaim"]) == ("ddp-mnist-data", "ddp-mnist-checkpoints")
@@ -402,7 +400,7 @@ def test_stack_outputs():
 
 
 def test_labels_everywhere():
-    for obj in render(load_stack("eks-gpu")).objects:
+    for obj in shipped("eks-gpu").objects:
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "ddp-mnist"
         assert labels["app.kubernetes.io/instance"] == "eks-gpu"

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from infra.program.checks import ConfigError
+from infra.program.common import yamlio
 from infra.program.common.vendored import MANIFESTS
 from infra.program.job.serving import STOP_AFTER_DRAIN_S, WAIT_ANNOTATIONS, predictor_outcome
 from infra.program.platform import kserve
@@ -386,8 +387,7 @@ def _is_crd(document: str) -> bool:
 
 def _objects(path: str | Path) -> list[dict[str, Any]]:
     """The file's objects but its CRDs (most of its 7 MB, compared as text where it matters)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [yaml.load(d, Loader=loader) for d in _documents(path) if not _is_crd(d)]
+    return [yamlio.load(d) for d in _documents(path) if not _is_crd(d)]
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -519,7 +519,7 @@ def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode
     }
     changed = transform(args("kubernetes:core/v1:ConfigMap", config))
     assert changed is not None
-    assert yaml.safe_load(changed.props["data"]["deploy"]) == {"defaultDeploymentMode": "Standard"}
+    assert yamlio.load(changed.props["data"]["deploy"]) == {"defaultDeploymentMode": "Standard"}
     assert config["data"]["deploy"] == '{"defaultDeploymentMode": "Serverless"}'  # not modified in place
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT_ROOT, Settings
 from infra.program.settings.base import SettingsGroup
 
@@ -44,7 +44,7 @@ def test_keys_keep_the_config_order_the_groups_are_written_in():
     """The groups in reading order (cluster first) give the order of Pulumi.yaml's config block."""
     in_reading_order = [name for group in reversed(_groups()) for name in group.__annotations__]
     assert list(Settings.model_fields) == in_reading_order
-    project = yaml.safe_load((PROJECT_ROOT / "Pulumi.yaml").read_text())
+    project = yamlio.load((PROJECT_ROOT / "Pulumi.yaml").read_text())
     aliases = [field.alias for field in Settings.model_fields.values()]
     assert list(project["config"])[: len(aliases)] == aliases
     assert aliases[:3] == ["stackRole", "platformStack", "namespace"]

@@ -18,8 +18,7 @@ from infra.review.effective import Controllers, derive
 from infra.review.effective.pytorchjob import UPSTREAM_INIT_CONTAINER_TEMPLATE
 from infra.review.manifest import RecordingMocks, render, run_program
 from infra.review.render import DEFAULT_CRD, DEFAULT_CRD_DIR, trainer_crds_present, validation_errors
-from infra.stackconfig import load_stack
-from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
+from tests.infra.conftest import BASE, by_kind, one, render_config, shipped, stack_config
 
 PLATFORM = {"stackRole": "platform"}
 EVENTS = "see `kubectl -n ddp-mnist-smoke get events --field-selector involvedObject.name={name}`"
@@ -138,7 +137,7 @@ def test_trainer_v2_gets_a_two_node_trainjob_that_is_admitted():
     reason="the PyTorchJob, Trainer v2 and JobSet CRD files are not in ../shared/k8s/crds",
 )
 def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
-    rendering = render(load_stack("gke-platform"))
+    rendering = shipped("gke-platform")
     # ...besides the team namespaces, roles, classes and label guard (tests/infra/test_tenancy.py).
     assert {
         o["kind"]
@@ -154,7 +153,7 @@ def test_the_smoke_objects_pass_strict_schemas_and_their_crds():
         "Job",
     }
     assert validation_errors(rendering, "1.33", DEFAULT_CRD, DEFAULT_CRD_DIR) == []
-    broken = render(load_stack("gke-platform"))
+    broken = shipped("gke-platform")
     one(broken, "TrainJob")["spec"]["trainer"]["numNodes"] = "two"
     one(broken, "PyTorchJob")["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "one"
     assert len(validation_errors(broken, "1.33", DEFAULT_CRD, DEFAULT_CRD_DIR)) == 2
@@ -220,12 +219,12 @@ def test_the_stacks_own_namespace_cannot_be_the_smoke_checks():
 
 
 def test_job_stacks_never_run_it():
-    rendering = render(load_stack("gke-gpu"))
+    rendering = shipped("gke-gpu")
     assert smoke_objects(rendering) == []
 
 
 def test_the_local_runner_runs_the_stacks_own_workloads_only():
-    rendering = render(load_stack("dev"))
+    rendering = shipped("dev")
     assert any(o["metadata"]["name"] == "operator-smoke" for o in rendering.objects)
     names = [o["metadata"]["name"] for o in workloads(rendering.objects, {})]
     assert "operator-smoke" not in names and "mnist-r1" in names

@@ -11,10 +11,10 @@ import pytest
 from infra.program.common.config import settings_from_raw
 from infra.review.cluster import cluster_view, effective_yaml
 from infra.review.crd import crd_validator
-from infra.review.manifest import render, to_yaml
+from infra.review.manifest import to_yaml
 from infra.review.render import is_builtin
 from infra.stackconfig import ROOT, load_stack, stack_names
-from tests.infra.conftest import JOB_STACKS, PREREQUISITE_STACKS
+from tests.infra.conftest import JOB_STACKS, PREREQUISITE_STACKS, shipped
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 CRD = ROOT.parent / "shared" / "k8s" / "crds" / "kubeflow.org_pytorchjobs.yaml"
@@ -27,7 +27,7 @@ def test_the_documented_stacks_exist():
 
 @pytest.mark.parametrize("name", STACKS)
 def test_stack_matches_golden_manifest(name):
-    text = to_yaml(render(load_stack(name)))
+    text = to_yaml(shipped(name))
     golden = GOLDEN / f"{name}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(text)
@@ -38,7 +38,7 @@ def test_stack_matches_golden_manifest(name):
 @pytest.mark.parametrize("name", STACKS)
 def test_effective_objects_match_golden_file(name):
     """A reviewer sees what the cluster will run: the controllers' pods and Services, as admitted."""
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     text = effective_yaml(cluster_view(rendering.objects, rendering.settings), name)
     golden = GOLDEN / f"{name}.effective.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
@@ -51,7 +51,7 @@ def test_effective_objects_match_golden_file(name):
 
 @pytest.mark.parametrize("name", STACKS)
 def test_every_effective_pod_is_admitted_and_schema_valid(name):
-    rendering = render(load_stack(name))
+    rendering = shipped(name)
     view = cluster_view(rendering.objects, rendering.settings)
     assert view.namespace.level == "restricted"
     assert view.admission.refusals == []
@@ -84,7 +84,7 @@ def test_every_effective_pod_is_admitted_and_schema_valid(name):
 def test_builtin_objects_pass_strict_upstream_schema(name):
     stack = load_stack(name)
     version = settings_from_raw(stack.values, set(stack.secret_keys))[0].kubernetes_version
-    builtins = [o for o in render(stack).objects if is_builtin(o)]
+    builtins = [o for o in shipped(name).objects if is_builtin(o)]
     assert builtins
     for obj in builtins:
         kubernetes_validate.validate(obj, f"{version}.0", strict=True)
@@ -92,20 +92,20 @@ def test_builtin_objects_pass_strict_upstream_schema(name):
 
 @pytest.mark.parametrize("name", STACKS)
 def test_pytorchjobs_pass_the_crd_schema(name):
-    jobs = [o for o in render(load_stack(name)).objects if o["kind"] == "PyTorchJob"]
+    jobs = [o for o in shipped(name).objects if o["kind"] == "PyTorchJob"]
     validator = crd_validator(CRD)
     for job in jobs:
         assert [e.message for e in validator.iter_errors(job)] == []
 
 
 def test_crd_validation_can_fail():
-    job = next(o for o in render(load_stack("dev")).objects if o["kind"] == "PyTorchJob")
+    job = next(o for o in shipped("dev").objects if o["kind"] == "PyTorchJob")
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = "one"
     assert list(crd_validator(CRD).iter_errors(job))
 
 
 def test_strict_validation_can_fail():
-    pvc = next(o for o in render(load_stack("dev")).objects if o["kind"] == "PersistentVolumeClaim")
+    pvc = next(o for o in shipped("dev").objects if o["kind"] == "PersistentVolumeClaim")
     pvc["spec"]["accesMode"] = ["ReadWriteMany"]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(pvc, "1.33.0", strict=True)

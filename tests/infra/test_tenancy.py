@@ -17,7 +17,7 @@ from infra.program.platform.tenancy import DEPLOYER_ROLE, JOB_DEPLOYER_RULES, LA
 from infra.review.manifest import render
 from infra.stackconfig import load_stack, stack_names
 from tests.docs.test_docs_match_code import resource_name
-from tests.infra.conftest import BASE, by_kind, render_config
+from tests.infra.conftest import BASE, by_kind, render_config, shipped
 from tests.infra.test_platform_stack import JOB, settings_of, take
 
 PLATFORM = {"stackRole": "platform", "operatorInstall": False, "priorityClasses": ["team-high=1000"]}
@@ -216,7 +216,7 @@ def test_every_shipped_job_stack_deploys_into_a_team_namespace_its_platform_role
         if stack.values.get("ddp-mnist:stackRole") != "job":
             continue
         job = render(stack)
-        platform_rendering = render(load_stack(job.settings.platform_stack))
+        platform_rendering = shipped(job.settings.platform_stack)
         namespace = job.settings.namespace
         assert namespace in named(platform_rendering, "Namespace"), name
         role = named(platform_rendering, "Role", namespace)[DEPLOYER_ROLE]
@@ -255,7 +255,7 @@ def test_a_job_on_a_platforms_cloud_classes_seeds_on_its_own_nodes_as_with_its_o
     job = {"namespace": "team-a", "createNamespace": False, "storageProvider": "existing"}
     assert take(job, found).storage_volume_binding_mode == "WaitForFirstConsumer"
     # eks-gpu takes eks-platform's EFS classes: its seed Job runs where its job runs.
-    eks = render(load_stack("eks-gpu"))
+    eks = shipped("eks-gpu")
     (seed,) = [j for j in by_kind(eks, "Job") if j["metadata"]["name"] == "ddp-mnist-seed"]
     assert seed["spec"]["template"]["spec"]["nodeSelector"] == {
         "node.kubernetes.io/instance-type": "g5.12xlarge"
@@ -454,7 +454,7 @@ def test_every_shipped_job_stack_fits_the_team_quota_its_platform_sets():
             continue
         job = render(stack)
         namespace = job.settings.namespace
-        platform_rendering = render(load_stack(job.settings.platform_stack))
+        platform_rendering = shipped(job.settings.platform_stack)
         quota = named(platform_rendering, "ResourceQuota", namespace)[TEAM_QUOTA]
         hard = quota["spec"]["hard"]
         assert "requests.nvidia.com/gpu" in hard, name  # the GPUs, the budget that matters most
@@ -482,8 +482,8 @@ def test_the_quota_model_refuses_a_job_over_its_team_quota():
     from infra.review.admission import Namespace, admit
     from infra.review.cluster import cluster_view
 
-    job = render(load_stack("eks-gpu"))
-    platform_rendering = render(load_stack("eks-platform"))
+    job = shipped("eks-gpu")
+    platform_rendering = shipped("eks-platform")
     quota = named(platform_rendering, "ResourceQuota", job.settings.namespace)[TEAM_QUOTA]
     short = {**quota, "spec": {"hard": {**quota["spec"]["hard"], "requests.nvidia.com/gpu": "4"}}}
     view = cluster_view(job.objects, job.settings)

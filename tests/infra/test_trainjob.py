@@ -11,6 +11,7 @@ import pulumi
 import pytest
 
 from infra.program.checks import ConfigError
+from infra.program.common import yamlio
 from infra.program.common.outcome import job_outcome
 from infra.program.common.vendored import MANIFESTS
 from infra.program.job.trainjob import RESERVED_ENV
@@ -372,7 +373,6 @@ def test_kubeflow_system_enforces_restricted_which_both_vendored_controllers_mee
     """The overlay's namespace is labelled to enforce Pod Security "restricted", and the two Deployments
     of the vendored overlay, as upstream writes them, meet it (the offline model of the API server's
     checks); a controller pod that did not would be refused."""
-    import yaml
 
     from infra.review.admission import podsecurity
 
@@ -382,7 +382,7 @@ def test_kubeflow_system_enforces_restricted_which_both_vendored_controllers_mee
     assert labelled["metadata"]["labels"] == {
         f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")
     }
-    documents = yaml.safe_load_all((MANIFESTS / "kubeflow-trainer" / "manifests.yaml").read_text())
+    documents = yamlio.load_all((MANIFESTS / "kubeflow-trainer" / "manifests.yaml").read_text())
     workloads = {
         d["metadata"]["name"]: d for d in documents if d and d["kind"] in ("Deployment", "DaemonSet")
     }

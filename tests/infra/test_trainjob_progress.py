@@ -13,8 +13,8 @@ from typing import Any
 
 import pulumi
 import pytest
-import yaml
 
+from infra.program.common import yamlio
 from infra.program.common.vendored import MANIFESTS
 from infra.program.platform.trainer_v2 import PROGRESS_GATE, TRAINER_DEPLOYMENT
 from tests.infra.conftest import render_config, team_policies
@@ -28,7 +28,7 @@ def vendored_deployment(name: str) -> dict[str, Any]:
     text = (MANIFESTS / "kubeflow-trainer" / "manifests.yaml").read_text()
     for document in text.split("\n---\n"):
         if "kind: Deployment" in document and f"name: {name}\n" in document:
-            found = yaml.safe_load(document)
+            found = yamlio.load(document)
             if found["kind"] == "Deployment" and found["metadata"]["name"] == name:
                 return found  # type: ignore[no-any-return]
     raise LookupError(name)

@@ -7,6 +7,7 @@ That the files are what the pinned modules build is proven where the modules are
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from infra.program.platform.training_operator import TEMPLATE_ANNOTATION
 from infra.program.settings import Settings
 from infra.review.manifest import RecordingMocks, run_program
 from infra.review.render import is_builtin
+from infra.review.upstream import _parsed as parse_manifest
 from tests.infra.conftest import BASE, render_config, stack_config
 
 COMPONENTS = [TRAINING_OPERATOR, TRAINER, KSERVE]
@@ -245,3 +247,26 @@ def test_the_applied_builtin_objects_pass_the_strict_schema(upstream, name):
     for applied in upstream[name].objects:
         if is_builtin(applied.obj) and applied.obj["kind"] != "CustomResourceDefinition":
             kubernetes_validate.validate(applied.obj, "1.33.0", strict=True)
+
+
+def test_a_parsed_manifest_is_kept_by_its_digest_and_read_back_equal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`upstream.documents` keeps each manifest's objects on disk by its sha256: a second process reads
+    them back equal to a parse of the file; a cache it cannot write only costs the parse again."""
+    manifest = tmp_path / "objects.yaml"
+    manifest.write_text("kind: A\nmetadata: {name: a}\n---\n---\nkind: B\nlist: [1, 'x', true]\n")
+    digest = vendored.file_sha256(manifest)
+    monkeypatch.setenv("DDP_MNIST_CACHE", str(tmp_path / "cache"))
+    parsed = parse_manifest.__wrapped__(str(manifest), digest)
+    kept = tmp_path / "cache" / "parsed" / f"{digest}.json"
+    assert json.loads(kept.read_text()) == [
+        {"kind": "A", "metadata": {"name": "a"}},
+        {"kind": "B", "list": [1, "x", True]},
+    ]
+    assert [p.name for p in kept.parent.iterdir()] == [kept.name]  # nothing half-written beside it
+    kept.write_text('[{"kind": "FromTheCache"}]')  # what a second process reads: the file, not a parse
+    assert json.loads(parse_manifest.__wrapped__(str(manifest), digest)) == [{"kind": "FromTheCache"}]
+    (tmp_path / "blocked").write_text("a file where the cache's directory would be")
+    monkeypatch.setenv("DDP_MNIST_CACHE", str(tmp_path / "blocked"))
+    assert parse_manifest.__wrapped__(str(manifest), digest) == parsed

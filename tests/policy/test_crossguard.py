@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 
 pytest.importorskip("pulumi_policy")
 
@@ -25,6 +24,7 @@ from pulumi_policy import (  # noqa: E402
 )
 from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
 
+from infra.program.common import yamlio
 from infra.stackconfig import ROOT, STAND_IN_DIGEST  # noqa: E402
 from tests.policy.conftest import (  # noqa: E402
     ALL_STACKS,
@@ -303,7 +303,7 @@ def test_shared_claims_policy_blames_the_claim():
 
 
 def test_pack_files():
-    pack = yaml.safe_load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
+    pack = yamlio.load((ROOT / "policy" / "PulumiPolicy.yaml").read_text())
     assert pack["runtime"] == {"name": "python", "options": {"virtualenv": ".venv"}}
     assert pack["version"] == "0.1.0"
     lines = (ROOT / "policy" / "requirements.txt").read_text().splitlines()

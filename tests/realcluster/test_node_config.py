@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra.local.ports import free_port
 from infra.localcluster import cluster, components, pki
@@ -30,6 +29,7 @@ from infra.localcluster.node.config import (
     kubelet_config,
 )
 from infra.localcluster.parts import PARTS, tier_parts
+from infra.program.common import yamlio
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_the_provisioner_makes_shared_directories_on_the_real_node_alone(tmp_pat
     objects = {obj["kind"]: obj for _, obj in made}
     config = objects["ConfigMap"]["data"]
     assert json.loads(config["config.json"]) == {"sharedFileSystemPath": str(tmp_path / "volumes")}
-    helper = yaml.safe_load(config["helperPod.yaml"])["spec"]
+    helper = yamlio.load(config["helperPod.yaml"])["spec"]
     # The provisioner tolerates every taint on its helper pods: the selector keeps them off KWOK's nodes.
     assert helper["nodeSelector"] == {NODE_LABEL[0]: NODE_LABEL[1]}
     assert helper["containers"][0]["image"] == "tools@sha256:2"

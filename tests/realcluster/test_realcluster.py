@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra.localcluster import build, fleet
 from infra.localcluster.__main__ import EXIT_NOT_RUNNING, main
@@ -25,6 +24,7 @@ from infra.localcluster.standins import SERVICE_ACCOUNT, LocalPod, in_own_mounts
 from infra.localcluster.standins import field_value as _field
 from infra.localcluster.standins import target_port as _target
 from infra.localcluster.supervisor import _volume
+from infra.program.common import yamlio
 from infra.program.common.config import settings_from_raw
 from infra.program.common.scheduling import node_selector, tolerations
 from infra.program.settings import parse_quantity
@@ -316,7 +316,7 @@ def test_the_managers_config_listens_on_loopback_at_the_local_ports_and_keeps_th
         b"metrics: {bindAddress: ':8443', secureServing: true}\nwebhook: {port: 9443, host: ''}\n"
         b"statusServer: {port: 10443, qps: 5}\ncertManagement: {enable: true}\n"
     )
-    config = yaml.safe_load(_manager_config(MANAGER_CONFIG, upstream, local))
+    config = yamlio.load(_manager_config(MANAGER_CONFIG, upstream, local))
     assert config["health"] == {
         "healthProbeBindAddress": "127.0.0.1:30001",
         "readinessEndpointName": "readyz",

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
 from pulumi import automation as auto
 
 from infra.localcluster import rehearse
@@ -24,6 +23,7 @@ from infra.localcluster.rehearse import (
     rehearsal_config,
     write_stack_file,
 )
+from infra.program.common import yamlio
 from infra.stackconfig import STAND_IN_DIGEST, StackNotFound, project_file, stack_names, stacks_dir
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ SCHEMA_ERROR = (
 
 
 def _file_config(name: str) -> dict[str, Any]:
-    return yaml.safe_load((stacks_dir() / f"Pulumi.{name}.yaml").read_text())["config"]
+    return yamlio.load((stacks_dir() / f"Pulumi.{name}.yaml").read_text())["config"]
 
 
 @pytest.mark.parametrize("name", stack_names())
@@ -74,7 +74,7 @@ def test_eks_platforms_lists_stay_lists_and_its_stack_file_says_so(tmp_path):
     assert config.plain["ddp-mnist:gpuSmokeNodeSelector"] == ["node.kubernetes.io/instance-type=g5.12xlarge"]
     assert config.plain["ddp-mnist:priorityClasses"] == ["training-high=100000"]
     assert config.secrets == {} and config.placeholders == []
-    written = yaml.safe_load(write_stack_file(tmp_path, "eks-platform", config.plain).read_text())
+    written = yamlio.load(write_stack_file(tmp_path, "eks-platform", config.plain).read_text())
     assert written == {"config": _file_config("eks-platform")}
 
 
@@ -92,7 +92,7 @@ def test_the_stack_file_keeps_the_clis_encryption_salt_and_drops_an_earlier_rehe
         "  ddp-mnist:minioAccessKey:\n    secure: v1:old\n"
     )
     plain = {"ddp-mnist:jobTolerations": ["nvidia.com/gpu:NoSchedule"], "ddp-mnist:jobNodes": 2}
-    written = yaml.safe_load(write_stack_file(tmp_path, "dev", plain).read_text())
+    written = yamlio.load(write_stack_file(tmp_path, "dev", plain).read_text())
     assert written == {"encryptionsalt": "v1:c2FsdA==:v1:abc", "config": plain}
 
 
@@ -346,7 +346,7 @@ def test_the_secrets_are_set_through_the_cli_and_never_written_into_the_stack_fi
     }
     written = (tmp_path / "state" / "pulumi" / "project" / "Pulumi.dev.yaml").read_text()
     assert "rehearsal-minio" not in written
-    assert yaml.safe_load(written)["config"] == _file_config("dev")
+    assert yamlio.load(written)["config"] == _file_config("dev")
 
 
 def test_help_lists_every_exit_code(capsys):

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
+from infra.program.common import yamlio
 from tests.jsonhttp import JsonHandler
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def trainer_status_schema() -> dict[str, Any]:
             "name: trainjobs.trainer.kubeflow.org" in document
             and "kind: CustomResourceDefinition" in document
         ):
-            crd = yaml.load(document, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            crd = yamlio.load(document)
             version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]["properties"]["status"]
             return schema["properties"]["trainerStatus"]  # type: ignore[no-any-return]

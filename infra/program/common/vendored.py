@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.program.settings import PROJECT_ROOT, Settings
 
 MANIFESTS = PROJECT_ROOT / "infra" / "manifests"
@@ -95,7 +94,7 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 @functools.cache
 def index() -> dict[str, Vendored]:
     """Every vendored component, by name (infra/manifests/index.yaml)."""
-    raw: dict[str, Any] = yaml.safe_load((MANIFESTS / INDEX).read_text())
+    raw: dict[str, Any] = yamlio.load((MANIFESTS / INDEX).read_text())
     return {
         name: Vendored(
             name=name,

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from infra.program.common import yamlio
+
 
 class ReadError(Exception):
     """The API server could not be read (anything but 404)."""
@@ -33,7 +35,7 @@ def _client(kubeconfig: str | None, context: str | None) -> Any:
 
     try:
         if kubeconfig and ("\n" in kubeconfig or kubeconfig.lstrip().startswith(("{", "apiVersion"))):
-            return config.new_client_from_config_dict(yaml.safe_load(kubeconfig), context=context)
+            return config.new_client_from_config_dict(yamlio.load(kubeconfig), context=context)
         if kubeconfig:
             return config.new_client_from_config(config_file=kubeconfig, context=context)
         default = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")

@@ -45,8 +45,8 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
+from infra.program.common import yamlio
 from infra.program.common.meta import labels
 from infra.program.common.vendored import KSERVE, vendored
 from infra.program.platform import operator_ingress
@@ -110,11 +110,10 @@ def unused(obj: dict[str, Any]) -> bool:
 def used_documents(text: str) -> str:
     """`text`, a YAML stream, without the documents of `UNUSED`; every other document as it is, byte for
     byte (the provider parses what upstream wrote, not a re-dump of it)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     kept = []
     for document in DOCUMENT_START.split(text):
         if not CRD_DOCUMENT.search(document):
-            obj = yaml.load(document, Loader=loader)
+            obj = yamlio.load(document)
             if isinstance(obj, dict) and unused(obj):
                 continue
         kept.append(document.rstrip("\n") + "\n")

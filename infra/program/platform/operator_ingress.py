@@ -37,8 +37,8 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
+from infra.program.common import yamlio
 from infra.program.common.meta import labels
 from infra.program.settings import PROJECT, Settings
 
@@ -125,12 +125,11 @@ def read_objects(path: str) -> list[dict[str, Any]]:
 
 @functools.lru_cache(maxsize=8)
 def _objects(_sha256: str, text: str) -> str:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     found = []
     for document in DOCUMENT_START.split(text):
         if CRD_DOCUMENT.search(document):
             continue
-        obj = yaml.load(document, Loader=loader)
+        obj = yamlio.load(document)
         if isinstance(obj, dict):
             found.append(obj)
     return json.dumps(found)

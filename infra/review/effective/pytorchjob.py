@@ -23,8 +23,7 @@ import html
 import re
 from typing import Any
 
-import yaml
-
+from infra.program.common import yamlio
 from infra.review.effective.base import Controllers, Effective, EffectivePod, Obj, deriver, pod_from_template
 
 CONTAINER = "pytorch"
@@ -59,7 +58,7 @@ def render_init_containers(template: str, master_addr: str, image: str, max_trie
         return html.escape(text, quote=True).replace("&#x27;", "&#39;").replace("+", "&#43;")
 
     rendered = re.sub(r"\{\{\s*\.(MasterAddr|InitContainerImage|MaxTries)\s*\}\}", value, template)
-    containers = yaml.safe_load(rendered)
+    containers = yamlio.load(rendered)
     if not isinstance(containers, list):
         raise ValueError("the init container template must be a YAML list of containers")
     return containers
