@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,12 @@ class StackConfig:
     name: str
     values: dict[str, str]
     secret_keys: frozenset[str]
+
+
+def cache_home() -> Path:
+    """Where the tools keep what they build or parse once per machine: $DDP_MNIST_CACHE, else
+    ~/.cache/ddp-mnist (the local cluster's parts under realcluster/, parsed manifests under parsed/)."""
+    return Path(os.environ.get("DDP_MNIST_CACHE") or Path.home() / ".cache" / "ddp-mnist")
 
 
 def project_file(root: Path | None = None) -> dict[str, Any]:

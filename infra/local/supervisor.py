@@ -379,8 +379,8 @@ class Supervisor:
     def _finish(self, started: float) -> JobResult:
         """The job succeeded (all indexes, or the Master): give the others a moment to exit."""
         grace = time.monotonic() + 30
-        while time.monotonic() < grace and any(r.poll() is None for r in self.procs.values()):
-            self.changed.clear()
+        while time.monotonic() < grace:
+            self.changed.clear()  # before the look: a pod ending after it still wakes the wait
             if all(r.poll() is not None for r in self.procs.values()):
                 break
             self.changed.wait(TICK_S)

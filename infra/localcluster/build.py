@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from infra.localcluster.parts import PARTS, PROVIDER_MAIN, Part, tier_parts
+from infra.stackconfig import cache_home
 
 EXIT_NO_GO = 3
 EXIT_BUILD_FAILED = 4
@@ -40,8 +41,7 @@ class BuildError(Exception):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("DDP_MNIST_CACHE") or str(Path.home() / ".cache" / "ddp-mnist")
-    return Path(base) / "realcluster"
+    return cache_home() / "realcluster"
 
 
 def go_env() -> dict[str, str]:

@@ -35,6 +35,7 @@ import yaml
 
 from infra.program.common import yamlio
 from infra.program.common.vendored import Vendored, file_sha256, index
+from infra.stackconfig import cache_home
 
 if TYPE_CHECKING:
     from infra.review.registration import Registration
@@ -103,7 +104,7 @@ def documents(path: Path) -> list[dict[str, Any]]:
 def _parsed(path: str, sha256: str) -> str:
     """The file's objects as JSON, parsed once per content: the three files hold 14 MB, about 3 s of
     YAML even with libyaml, and a second to read back as JSON. Each process, each test worker and each
-    `make render` would pay it, so the JSON is kept on disk by the content's sha256 (PARSED_CACHE),
+    `make render` would pay it, so the JSON is kept on disk by the content's sha256 (`parsed_cache`),
     written whole or not at all; where that directory cannot be written, each process parses again."""
     cached = parsed_cache() / f"{sha256}.json"
     with contextlib.suppress(OSError):
@@ -119,8 +120,7 @@ def _parsed(path: str, sha256: str) -> str:
 
 def parsed_cache() -> Path:
     """Where parsed manifests are kept: $DDP_MNIST_CACHE/parsed (default ~/.cache/ddp-mnist/parsed)."""
-    base = os.environ.get("DDP_MNIST_CACHE") or str(Path.home() / ".cache" / "ddp-mnist")
-    return Path(base) / "parsed"
+    return cache_home() / "parsed"
 
 
 def source_of(registration: Registration) -> str:
