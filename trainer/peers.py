@@ -2,7 +2,8 @@
 
 Once the process group is up, a rank whose collective breaks because another rank died, froze or lost
 its network exits with :data:`~trainer.errors.EXIT_PEER_LOST` (200, retryable) and one line naming
-the cause, the ``--dist-timeout`` in force and the checkpoint a restart resumes from. Any other
+the cause, the ``--dist-timeout`` in force and the checkpoint a restart resumes from. So does a rank
+that loses the rendezvous store or a peer while it joins the group (:func:`joining_error`). Any other
 exception is a bug and keeps its traceback (exit 1).
 
 How long until a pod exits (torch 2.13; one rank hung or dead, the others healthy):
@@ -48,6 +49,7 @@ CLOSED = "another rank closed its connection"
 REMOTE = "another rank exited or the network failed"
 STORE = "the rendezvous store failed"
 NETWORK = "a connection between ranks failed"
+JOINING = " while joining the process group"
 
 # What gloo and NCCL say when a peer is gone, searched in order in the message of a RuntimeError
 # (gloo raises plain ones, NCCL DistBackendErrors). Each row is text torch 2.13 or NCCL really
@@ -140,13 +142,31 @@ def peer_lost_message(broken: BrokenCollective, rank: int, timeout_s: int, resum
 def peer_lost_error(error: BaseException, timeout_s: int, checkpoint_dir: Path) -> PeerLostError | None:
     """A :class:`PeerLostError` for ``error`` if it broke a collective of the running process group.
 
-    Before the group exists nothing is a collective (a failed rendezvous at start stays what it is).
+    Before the group exists nothing is a collective (see :func:`joining_error` for that time).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None
     broken = broken_collective(error)
+    return None if broken is None else _lost(broken, dist.get_rank(), timeout_s, checkpoint_dir)
+
+
+def joining_error(
+    error: BaseException, rank: int, timeout_s: int, checkpoint_dir: Path
+) -> PeerLostError | None:
+    """A :class:`PeerLostError` for ``error`` raised while this rank joined the process group, if the
+    store or another rank went away meanwhile.
+
+    Under torchrun the store lives in the first pod's launcher, so a pod that fails before its ranks
+    join (bad data, an unwritable volume) takes the store with it: the ranks still joining elsewhere
+    read "Failed to recv, got 0 bytes". The launchers' own rendezvous has already succeeded by then,
+    so this is a peer lost, not a wrong address (``trainer/launch.py`` reports that one).
+    """
+    broken = broken_collective(error)
     if broken is None:
         return None
+    return _lost(BrokenCollective(f"{broken.cause}{JOINING}", broken.detail), rank, timeout_s, checkpoint_dir)
+
+
+def _lost(broken: BrokenCollective, rank: int, timeout_s: int, checkpoint_dir: Path) -> PeerLostError:
     found = checkpoint.newest_valid(checkpoint_dir, lambda _skipped: None)
-    message = peer_lost_message(broken, dist.get_rank(), timeout_s, None if found is None else found[0])
-    return PeerLostError(message)
+    return PeerLostError(peer_lost_message(broken, rank, timeout_s, None if found is None else found[0]))

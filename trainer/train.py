@@ -71,7 +71,13 @@ def setup(config: TrainConfig, started: float) -> Run:
     clock.mark("data")
     plan = plan_batches(config.batch_size, config.scaling, env.world_size, len(data.train_y))
     with clock.phase("rendezvous"):
-        dist.init_process_group(env, backend, device, config.dist_timeout)
+        try:
+            dist.init_process_group(env, backend, device, config.dist_timeout)
+        except Exception as error:
+            lost = peers.joining_error(error, env.rank, config.dist_timeout, config.checkpoint_dir)
+            if lost is None:
+                raise
+            raise lost from error
     clock.mark("rendezvous")
     with clock.phase("setup"):
         seed_everything(config.seed)

@@ -79,7 +79,8 @@ def test_a_checkpoint_volume_the_trainer_cannot_write_fails_up_with_one_line(
         assert f"{expected} uid 1000 gid 1000" in logs, logs
         # The cause is in `up`'s own error: the kubelet's termination message (the log's last lines, by
         # FallbackToLogsOnError) ends with the launcher's line, which quotes the rank's.
-        said = f"the last failed Pod {namespace}/"
+        # It quotes the pod the Job's condition names (rank 0's), not rank 1's reaction to it after.
+        said = f"the named Pod {namespace}/"
         assert said in errors and "exited 5 (Error): launch: worker rank 0 failed" in errors, errors
         assert expected in errors.split(said, 1)[1], errors
     finally:

@@ -561,6 +561,40 @@ def test_each_failed_container_is_said_once_with_its_last_line_and_the_failure_n
     )
 
 
+def test_the_failure_names_the_pod_the_condition_names_not_the_peer_that_failed_after_it():
+    """A Job's pod failure policy names the pod whose exit code matched; its peer, ended by it, fails
+    later (the trainer's peer-lost exit). The Failed line quotes the named pod's container."""
+    cause = failed_pod("mnist-r1-0-x", 5, "launch: worker rank 0 failed with exit code 5", ts(2))
+    # A name that only starts like the cause's must not count as named.
+    peer = failed_pod("mnist-r1-0-x2", 200, "launch: worker rank 1 failed with exit code 200", ts(1))
+    message = f"Container pytorch for pod {NS}/mnist-r1-0-x failed with exit code 5 matching FailJob rule at index 0"
+    failed = job(
+        "Job",
+        conditions=[{"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": message}],
+    )
+    for pods, said in (
+        (
+            [cause, peer],
+            f"the named Pod {NS}/mnist-r1-0-x: container pytorch exited 5 (Error): launch: worker rank 0",
+        ),
+        (
+            [peer],
+            f"the last failed Pod {NS}/mnist-r1-0-x2: container pytorch exited 200 (Error): launch: worker rank 1",
+        ),
+    ):
+        watch = RunWatch(
+            FakeCluster([failed], pods=pods),
+            True,
+            300,
+            poll_seconds=0,
+            log=lambda m, r: None,
+            wall=lambda: NOW,
+        )
+        with pytest.raises(pulumi.RunError) as raised:
+            _run(watch.until_ended(None, Target("Job", "mnist-r1", NS, LOGS), 3600))
+        assert said in str(raised.value), str(raised.value)
+
+
 def test_a_preview_says_no_failure_and_a_long_message_is_cut():
     from infra.program.job.placement import SAID_CHARS, last_line
 

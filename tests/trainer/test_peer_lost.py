@@ -301,3 +301,18 @@ def test_root_failure_is_not_a_rank_torchrun_stopped_after_it(stopped: int) -> N
     bad_data = ProcessFailure(local_rank=1, pid=102, exitcode=3, error_file="")
     bad_data.timestamp = stopped_rank.timestamp
     assert root_failure(ChildFailedError("trainer", {0: stopped_rank, 1: bad_data})) == (1, bad_data)
+
+
+def test_a_failed_join_is_a_lost_peer_only_when_the_store_or_a_peer_went_away(tmp_path: Path) -> None:
+    gone = dist.DistNetworkError(
+        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+    )
+    lost = peers.joining_error(gone, 1, 10, tmp_path)
+    assert lost is not None
+    assert lost.one_line() == (
+        "trainer: peer lost: rank 1: a connection between ranks failed while joining the process group "
+        "(Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or "
+        "crash?); see the other ranks' logs; --dist-timeout=10s; resume checkpoint: none: a restart "
+        "starts from epoch 0"
+    )
+    assert peers.joining_error(ValueError("world_size must be positive"), 1, 10, tmp_path) is None

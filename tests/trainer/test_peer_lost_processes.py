@@ -18,8 +18,8 @@ from typing import IO, Any
 import pytest
 
 from trainer.checkpoint import checkpoint_path, list_checkpoints
-from trainer.errors import EXIT_PEER_LOST
-from trainer.peers import CLOSED, TIMED_OUT
+from trainer.errors import EXIT_OUTPUT, EXIT_PEER_LOST
+from trainer.peers import CLOSED, NETWORK, NO_CHECKPOINT, STORE, TIMED_OUT
 
 pytestmark = pytest.mark.slow  # real launcher and trainer processes
 
@@ -205,3 +205,24 @@ def test_a_killed_pod_ends_the_other_pod_with_200_at_once(
         rank, cause, detail, timeout, resume = _one_peer_lost_line(node0.output())
         assert (rank, cause, timeout, resume) == ("0", CLOSED, "10", str(checkpoint_path(ckpt, 1)))
         assert re.search(r"Connection (closed by|reset by) peer|Broken pipe", detail), detail
+
+
+def test_a_pod_that_fails_before_its_peer_joined_ends_that_peer_with_200(
+    procs: Any, mnist_root: Path, tmp_path: Path
+) -> None:
+    # Rank 0 cannot create its checkpoint directory (a file is in the way): it exits 5 before it
+    # joins the process group, and its launcher, which hosts the rendezvous store, exits with it.
+    # Rank 1, still joining, loses the store: a lost peer (200, one line), not a bug (1, traceback).
+    (tmp_path / "in-the-way").write_text("")
+    ckpt = tmp_path / "in-the-way" / "ckpt"
+    with two_nodes(procs, _trainer_args(mnist_root, ckpt), tmp_path) as (node0, node1):
+        node0.launcher.wait(timeout=120)
+        node1.launcher.wait(timeout=DIST_TIMEOUT_S + SLACK_S + 60)
+        assert node0.launcher.returncode == EXIT_OUTPUT, node0.output()[-3000:]
+        assert node1.launcher.returncode == EXIT_PEER_LOST, node1.output()[-3000:]
+        rank, cause, _detail, timeout, resume = _one_peer_lost_line(node1.output())
+        assert (rank, timeout, resume) == ("1", "10", NO_CHECKPOINT)
+        assert cause in {
+            f"{STORE} while joining the process group",
+            f"{NETWORK} while joining the process group",
+        }

@@ -12,8 +12,8 @@ claims and the namespace's events through the same kubeconfig and context as the
 progress on the job's row, with one line for each container that fails (its exit code and the last
 line it printed: `placement.failures`), and ending on the first of:
 - the job's success condition (the outcome, as `failure_gate` gives it);
-- `Failed` (one line with the pods' logs command, as `failure_gate` raises it, and what the last failed
-  container said);
+- `Failed` (one line with the pods' logs command, as `failure_gate` raises it, and what the failed
+  container of the pod the condition names said, else the last failed container);
 - a pod unschedulable, a claim unbound, a container that cannot start, or no pod at all for longer
   than `jobPlacementTimeoutSeconds` (`infra/program/job/placement.py` names the object, the reason and the
   command that shows more); the job is left in place, and the next `up` waits for it again;
@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -97,12 +98,17 @@ def read_snapshot(reader: ClusterReader, target: Target) -> Snapshot:
 
 def _ended(workload: Mapping[str, Any], target: Target, failed: list[Failure]) -> str | None:
     """The success condition's name once it holds; raises pulumi.RunError once Failed holds, naming
-    what the last of the `failed` containers said."""
+    what a container of the pod the condition's message names said (a Job's pod failure policy names
+    the pod whose exit code matched), else the last of the `failed` containers: a pod that failed first
+    ends its peers, and theirs are the last lines, not the cause."""
     try:
         outcome = job_outcome(workload.get("status") or {}, target.kind, target.name, target.logs)
     except pulumi.RunError as error:
         if not failed:
             raise
+        named = [f for f in failed if re.search(rf"(?<![\w.-]){re.escape(f.pod)}(?![\w.-])", str(error))]
+        if named:
+            raise pulumi.RunError(f"{error}; the named {named[-1].line(target.namespace)}") from None
         raise pulumi.RunError(f"{error}; the last failed {failed[-1].line(target.namespace)}") from None
     return outcome if outcome == DONE_CONDITION[target.kind] else None
 
