@@ -134,7 +134,7 @@ def build_parser() -> OneLineArgumentParser:
     split."""
     parser = OneLineArgumentParser(
         prog=PROG,
-        description="Train a small CNN on MNIST with DistributedDataParallel. Run it plainly "
+        description="Train a small CNN on MNIST, data-parallel over the ranks. Run it plainly "
         "(one process) or under torchrun; rank information comes only from torchrun's env.",
         epilog=exit_codes_epilog(),
         formatter_class=DefaultsHelpFormatter,

@@ -139,11 +139,39 @@ def gather_bytes(data: bytes, device: torch.device) -> list[bytes]:
     return [_tensor_bytes(t)[: int(n.item())] for t, n in zip(gathered, sizes, strict=True)]
 
 
+def broadcast_module_from_main(module: torch.nn.Module) -> None:
+    """Every rank's parameters and buffers made rank 0's, before training (DistributedDataParallel's
+    constructor does the same: ``_sync_module_states``)."""
+    if not dist.is_initialized():
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor, src=0)
+
+
+def average_gradients(params: list[torch.Tensor]) -> None:
+    """Each gradient replaced by its mean over the ranks, in one all-reduce of all of them.
+
+    As DistributedDataParallel's reducer does (``torch/csrc/distributed/c10d/reducer.cpp``, no comm
+    hook): each gradient multiplied by ``1 / world size`` as it is packed, then summed. A no-op
+    without a process group.
+    """
+    if not dist.is_initialized():
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([grad.reshape(-1) for grad in grads]).mul_(1.0 / dist.get_world_size())
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset : offset + grad.numel()].view(grad.shape))
+        offset += grad.numel()
+
+
 def broadcast_buffers_from_main(module: torch.nn.Module) -> None:
     """Make BatchNorm running statistics identical on every rank (rank 0's), before eval/save.
 
-    The DDP wrapper does not broadcast buffers in its forward (``forward_sync_buffers=False``), so
-    during an epoch each rank updates its own statistics; parameters are already identical.
+    Training-mode forwards update each rank's own statistics and never read them, so they are not
+    synchronised per step; parameters are identical on every rank already.
     """
     if not dist.is_initialized():
         return

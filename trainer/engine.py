@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from trainer.data import normalise
-from trainer.dist import all_reduce_sum
+from trainer.dist import all_reduce_sum, average_gradients
+from trainer.optim import AdamW, OneCycle
 
 # Test images per forward pass: small enough that the activations stay in cache (1000 took ~1.5x the time).
 EVAL_CHUNK = 256
@@ -69,8 +70,8 @@ def test_shard(test_size: int, rank: int, world_size: int) -> torch.Tensor:
 
 def train_one_epoch(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    optimizer: AdamW,
+    scheduler: OneCycle,
     images: torch.Tensor,
     labels: torch.Tensor,
     batches: torch.Tensor,
@@ -89,11 +90,13 @@ def train_one_epoch(
     ``loss_sum_before``. When ``stop`` answers True after a step, :class:`EpochStopped` is raised with
     the steps done and this rank's loss sum; the optimizer and scheduler have taken that step.
 
-    DDP all-reduces the gradients inside ``backward()``; nothing here touches them. With ``report``,
-    every ``every`` steps and after the last one it is called with the steps done in this epoch,
-    this rank's mean loss over the steps since the previous call, and the learning rate of the step
-    just taken. Only then is the loss read from the device; ranks without ``report`` never wait.
-    ``first_step`` is called once, after this call's first step (a start-up milestone).
+    After each backward the gradients are averaged over the ranks
+    (:func:`trainer.dist.average_gradients`, what DistributedDataParallel does inside ``backward()``),
+    so every rank takes the same step. With ``report``, every ``every`` steps and after the last one
+    it is called with the steps done in this epoch, this rank's mean loss over the steps since the
+    previous call, and the learning rate of the step just taken. Only then is the loss read from the
+    device; ranks without ``report`` never wait. ``first_step`` is called once, after this call's
+    first step (a start-up milestone).
     """
     model.train()
     batches = batches.to(images.device)
@@ -103,8 +106,9 @@ def train_one_epoch(
     for index, batch in enumerate(batches[start:], start=start + 1):
         logits = model(normalise(images[batch]))
         loss = nn.functional.cross_entropy(logits, labels[batch], label_smoothing=label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss.backward()
+        average_gradients(optimizer.params)
         optimizer.step()
         if first_step is not None and index == start + 1:
             first_step()

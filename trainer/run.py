@@ -14,6 +14,7 @@ from trainer.cli import TrainConfig
 from trainer.data import MnistTensors
 from trainer.errors import write_line
 from trainer.metrics import EpochRecord, Stopwatch
+from trainer.optim import AdamW, OneCycle
 from trainer.scaling import BatchPlan
 
 
@@ -29,9 +30,8 @@ class Run:
     plan: BatchPlan
     lr: float
     module: nn.Module
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.OneCycleLR
+    optimizer: AdamW
+    scheduler: OneCycle
     started: float
     clock: Stopwatch
 

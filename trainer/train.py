@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from trainer import checkpoint, dist, engine, peers, preempt
 from trainer.cli import TrainConfig
@@ -24,12 +23,13 @@ from trainer.metrics import (
     Stopwatch,
 )
 from trainer.model import build_model
+from trainer.optim import AdamW, OneCycle
 from trainer.progress import ConsoleSink, Progress, RunInfo, Sink
 from trainer.resume import mid_epoch, resume, snapshot
 from trainer.run import Run, Start, log
 from trainer.scaling import plan_batches, scaled_lr
 
-# The one-cycle schedule (torch.optim.lr_scheduler.OneCycleLR): warm up over PCT_START of the steps
+# The one-cycle schedule (trainer.optim.OneCycle, torch's OneCycleLR): warm up over PCT_START of the steps
 # from max_lr / DIV_FACTOR to max_lr, then anneal (cosine) to max_lr / (DIV_FACTOR * FINAL_DIV_FACTOR).
 PCT_START = 0.25
 DIV_FACTOR = 25.0
@@ -82,13 +82,13 @@ def setup(config: TrainConfig, started: float) -> Run:
     with clock.phase("setup"):
         seed_everything(config.seed)
         module = build_model(device)
-        # BatchNorm statistics are made rank 0's after each epoch (broadcast_buffers_from_main);
-        # training-mode forwards never read them, so a broadcast per step would change nothing.
-        model = DistributedDataParallel(module, forward_sync_buffers=False) if env.is_distributed else module
+        # Every rank starts from rank 0's weights, as DistributedDataParallel's constructor makes them;
+        # the gradients are averaged over the ranks after each backward (trainer.dist.average_gradients).
+        dist.broadcast_module_from_main(module)
         lr = scaled_lr(config.lr, config.lr_scaling, env.world_size)
-        optimizer = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
+        optimizer = AdamW(module.parameters(), lr=lr, weight_decay=config.weight_decay)
         total_steps = plan.steps_per_epoch * config.epochs
-        scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        scheduler = OneCycle(
             optimizer,
             max_lr=lr,
             total_steps=total_steps,
@@ -97,9 +97,7 @@ def setup(config: TrainConfig, started: float) -> Run:
             final_div_factor=FINAL_DIV_FACTOR,
         )
     clock.mark("model")
-    return Run(
-        config, env, backend, device, data, plan, lr, module, model, optimizer, scheduler, started, clock
-    )
+    return Run(config, env, backend, device, data, plan, lr, module, optimizer, scheduler, started, clock)
 
 
 def check_writable(*directories: Path) -> None:
@@ -229,7 +227,7 @@ def train_epochs(run: Run, start: Start, progress: Progress | None) -> None:
         try:
             with run.clock.phase("train") as lap:
                 train_loss = engine.train_one_epoch(
-                    run.model,
+                    run.module,
                     run.optimizer,
                     run.scheduler,
                     data.train_x,

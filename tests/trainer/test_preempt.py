@@ -21,6 +21,7 @@ from trainer import engine
 from trainer.checkpoint import checkpoint_path, list_checkpoints
 from trainer.errors import EXIT_PREEMPTED, EXIT_STOPPED_WITH_PEERS
 from trainer.model import build_model
+from trainer.optim import AdamW, OneCycle
 
 STEPS_PER_EPOCH = 50  # --train-limit=6400 at the default global batch of 128
 PROGRESS = re.compile(r"^trainer: progress step +(\d+)/", re.MULTILINE)
@@ -47,11 +48,12 @@ def test_epoch_stopped_then_resumed_at_that_step_ends_as_if_never_stopped() -> N
     labels = torch.randint(0, 10, (64,))
     batches = engine.epoch_indices(64, 1, 0, 0, 1, 8, 8)
 
-    def fresh() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.OneCycleLR]:
+    def fresh() -> tuple[torch.nn.Module, AdamW, OneCycle]:
         torch.manual_seed(1)
         model = build_model(torch.device("cpu"))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        return model, optimizer, torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-3, total_steps=8)
+        optimizer = AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+        schedule = OneCycle(optimizer, 1e-3, 8, pct_start=0.3, div_factor=25, final_div_factor=1e4)
+        return model, optimizer, schedule
 
     model, optimizer, scheduler = fresh()
     whole = engine.train_one_epoch(model, optimizer, scheduler, images, labels, batches)
