@@ -1,10 +1,13 @@
 """Time the trainer as a user runs it: torchrun subprocesses on local CPU processes (and 1 GPU).
 
     python bench/bench_trainer.py --data ../shared/data/mnist [--target 0.99] [--seeds 0,1,2]
-        [--only "2 CPU"] [--json out.json] [any trainer flag, e.g. --epochs=2]
+        [--only "2 CPU"] [--launch fork,exec,torchrun] [--json out.json] [any trainer flag, e.g. --epochs=2]
 
-For each configuration it launches ``torchrun ... -m trainer`` with default trainer flags (except
---data, --checkpoint-dir and --backend), timestamps every stdout line as it arrives, and reports:
+For each configuration it launches ``python -m trainer.launch --rank-start=fork -- ... -m trainer``
+as a pod does, with default trainer flags (except --data, --checkpoint-dir and --backend);
+``--launch`` lists the launches to run in turn for each seed: ``fork`` (the default), ``exec``
+(the launcher with ``--rank-start=exec``: torchrun starts each rank's interpreter) and ``torchrun``
+(plain torchrun, no launcher). It timestamps every stdout line as it arrives, and reports:
 seconds from launch to the first epoch whose test accuracy reaches the target, training samples/s,
 final test accuracy, total wall time and peak RSS per rank (from metrics.json). With ``--seeds``, each
 configuration runs once per seed (``--seed=N``), one row each.
@@ -15,7 +18,7 @@ optimizer and schedule were ready, and its first optimizer step had run (``miles
 in metrics.json), then the target and the exit (the launcher's, as seen here).
 
 It also breaks the wall time down (rank 0's figures from metrics.json): start-up (launch to the
-trainer's ``main()``: torchrun, worker spawn, interpreter), imports (torch and the trainer), data load,
+trainer's ``main()``: the launcher, torchrun, the ranks' start), imports (torch and the trainer), data load,
 rendezvous (the process group), setup (model, DDP, optimizer), training, evaluation, checkpoints, and
 the rest (results, exit, torchrun's shutdown) as the wall time left over.
 """
@@ -85,12 +88,21 @@ def configurations() -> list[Config]:
     return configs
 
 
-def run_one(config: Config, data: str, target: float, extra: list[str], seed: int | None) -> Result:
+LAUNCHES = {
+    "fork": ["trainer.launch", "--rank-start=fork", "--"],
+    "exec": ["trainer.launch", "--rank-start=exec", "--"],
+    "torchrun": ["torch.distributed.run"],
+}
+
+
+def run_one(
+    config: Config, data: str, target: float, extra: list[str], seed: int | None, launch: str
+) -> Result:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         command = [
             sys.executable,
             "-m",
-            "torch.distributed.run",
+            *LAUNCHES[launch],
             "--nnodes=1",
             f"--nproc-per-node={config.nproc}",
             "--master-addr=127.0.0.1",
@@ -133,7 +145,7 @@ def run_one(config: Config, data: str, target: float, extra: list[str], seed: in
             raise SystemExit(f"{config.name}: trainer exited {process.returncode}")
         metrics = json.loads((Path(tmp) / "metrics.json").read_text())
     return Result(
-        config=config.name if seed is None else f"{config.name}, seed {seed}",
+        config=f"{config.name}, {launch}" + ("" if seed is None else f", seed {seed}"),
         seconds_to_target=round(reached[0], 1) if reached else None,
         wall_s=round(wall, 1),
         final_accuracy=metrics["final_test_accuracy"],
@@ -178,37 +190,47 @@ def main() -> None:
     parser.add_argument(
         "--seeds", help="comma-separated trainer seeds, one run each (default: the trainer's default)"
     )
+    parser.add_argument(
+        "--launch",
+        default="fork",
+        help=f"comma-separated launches, run in turn for each seed: {', '.join(LAUNCHES)} (default: fork)",
+    )
     args, extra = parser.parse_known_args()
     seeds: list[int | None] = [int(s) for s in args.seeds.split(",")] if args.seeds else [None]
+    launches = args.launch.split(",")
+    unknown = [name for name in launches if name not in LAUNCHES]
+    if unknown:
+        parser.error(f"--launch: {unknown[0]!r} is not one of {', '.join(LAUNCHES)}")
     results = []
     for config in configurations():
         if args.only and args.only not in config.name:
             continue
         for seed in seeds:
-            print(f"== {config.name}" + ("" if seed is None else f", seed {seed}"), flush=True)
-            results.append(run_one(config, args.data, args.target, extra, seed))
+            for launch in launches:
+                print(f"== {config.name}, {launch}" + ("" if seed is None else f", seed {seed}"), flush=True)
+                results.append(run_one(config, args.data, args.target, extra, seed, launch))
     print(
-        f"\n{'configuration':42} {'to ' + str(args.target):>9} {'wall':>7} {'final':>7} "
+        f"\n{'configuration':50} {'to ' + str(args.target):>9} {'wall':>7} {'final':>7} "
         f"{'samples/s':>9}  peak RSS MiB/rank"
     )
     for r in results:
         to_target = f"{r.seconds_to_target:.1f}s" if r.seconds_to_target is not None else "never"
         print(
-            f"{r.config:42} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
+            f"{r.config:50} {to_target:>9} {r.wall_s:6.1f}s {100 * r.final_accuracy:6.2f}% "
             f"{r.samples_per_s:>9}  {r.peak_rss_mib_per_rank}"
         )
-    print(f"\n{'seconds by phase':42} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
+    print(f"\n{'seconds by phase':50} " + " ".join(f"{phase:>10}" for phase in BREAKDOWN))
     for r in results:
-        print(f"{r.config:42} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
+        print(f"{r.config:50} " + " ".join(f"{r.seconds_by_phase[phase]:10.2f}" for phase in BREAKDOWN))
     columns = (*MILESTONES, "target", "exit")
-    print(f"\n{'seconds from launch, per rank':42} " + " ".join(f"{name:>10}" for name in columns))
+    print(f"\n{'seconds from launch, per rank':50} " + " ".join(f"{name:>10}" for name in columns))
     for r in results:
         for rank, marks in enumerate(r.milestones_per_rank):
             figures = {**marks, "exit": r.wall_s}
             if rank == 0 and r.seconds_to_target is not None:
                 figures["target"] = r.seconds_to_target
             cells = [f"{figures[name]:10.2f}" if name in figures else f"{'-':>10}" for name in columns]
-            print(f"{r.config + f', rank {rank}':42} " + " ".join(cells))
+            print(f"{r.config + f', rank {rank}':50} " + " ".join(cells))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
 

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as error:
         sys.stdout.flush()
         write_line(error.one_line())
-        record_fatal(error.one_line())
+        record_fatal(error.one_line(), error.exit_code)
         return error.exit_code
     return 0
 
@@ -74,8 +74,8 @@ def system_exit_code(stop: SystemExit) -> int:
     return EXIT_INTERNAL
 
 
-def run_as_process(argv: list[str] | None = None) -> NoReturn:
-    """The process entry point: :func:`main`, then :func:`exit_process` with its code.
+def exit_code(argv: list[str] | None = None) -> int:
+    """:func:`main`'s exit code, whatever it raises.
 
     A bug keeps its traceback (printed by ``sys.excepthook``, as the interpreter would) and exit 1;
     ``SystemExit`` (argparse's exit 2 for bad flags, ``--help``'s 0) keeps its code. SIGTERM is
@@ -85,15 +85,19 @@ def run_as_process(argv: list[str] | None = None) -> NoReturn:
 
     preempt.install()
     try:
-        code = main(argv)
+        return main(argv)
     except SystemExit as stop:
-        code = system_exit_code(stop)
+        return system_exit_code(stop)
     except KeyboardInterrupt:
-        code = 128 + signal.SIGINT
+        return 128 + signal.SIGINT
     except BaseException:
         sys.excepthook(*sys.exc_info())
-        code = EXIT_INTERNAL
-    exit_process(code)
+        return EXIT_INTERNAL
+
+
+def run_as_process(argv: list[str] | None = None) -> NoReturn:
+    """The process entry point: :func:`exit_code`, then :func:`exit_process` with it."""
+    exit_process(exit_code(argv))
 
 
 if __name__ == "__main__":

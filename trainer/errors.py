@@ -210,22 +210,46 @@ def write_line(text: str, stream: TextIO | None = None) -> None:
 FATAL_DIR_ENV = "DDP_MNIST_FATAL_DIR"
 
 
-def record_fatal(line: str) -> None:
-    """Leave ``line`` for the launcher as ``rank-<RANK>`` in ``$DDP_MNIST_FATAL_DIR`` (nothing when it is
-    unset, as outside the launcher). Written to a temporary name and renamed: the launcher reads either
-    nothing or the whole line."""
+def record_fatal(line: str, exit_code: int) -> None:
+    """Leave ``line`` and the rank's ``exit_code`` for the launcher as ``rank-<RANK>`` in
+    ``$DDP_MNIST_FATAL_DIR`` (nothing when it is unset, as outside the launcher). Written to a
+    temporary name and renamed: the launcher reads either nothing or the whole record."""
     directory = os.environ.get(FATAL_DIR_ENV)
     if not directory:
         return
     from trainer.fsio import atomic_write_bytes
 
     with contextlib.suppress(OSError):
-        atomic_write_bytes(Path(directory) / f"rank-{os.environ.get('RANK', '0')}", line.encode())
+        record = f"{exit_code} {line}".encode()
+        atomic_write_bytes(Path(directory) / f"rank-{os.environ.get('RANK', '0')}", record)
+
+
+def _record(path: Path) -> tuple[int, str] | None:
+    try:
+        code, _, line = path.read_text().partition(" ")
+    except OSError:
+        return None
+    return (int(code), " ".join(line.split())) if code.isdigit() else None
 
 
 def recorded_fatal(directory: Path, rank: int) -> str:
     """The line rank ``rank`` left in ``directory`` ("" when it left none)."""
-    try:
-        return " ".join((directory / f"rank-{rank}").read_text().split())
-    except OSError:
-        return ""
+    record = _record(directory / f"rank-{rank}")
+    return record[1] if record else ""
+
+
+# What a rank exits with when it stops because of another rank or a stop of the job, not a fault of its own.
+REACTION_EXIT_CODES = (EXIT_PREEMPTED, EXIT_PEER_LOST, EXIT_STOPPED_WITH_PEERS)
+
+
+def recorded_cause(directory: Path) -> tuple[int, int] | None:
+    """(rank, exit code) of the first record in ``directory`` that is a rank's own fault (not one of
+    :data:`REACTION_EXIT_CODES`), by the time it was written; None when there is none."""
+    causes = []
+    for path in directory.glob("rank-*"):
+        record = _record(path)
+        rank = path.name.removeprefix("rank-")
+        if record and record[0] not in REACTION_EXIT_CODES and rank.isdigit():
+            with contextlib.suppress(OSError):
+                causes.append((path.stat().st_mtime_ns, int(rank), record[0]))
+    return min(causes)[1:] if causes else None

@@ -18,7 +18,10 @@ What it adds to plain torchrun:
    (a peer that never joined) exits 200 (peer lost);
 5. skips torchrun for a finished run (:mod:`trainer.finished`): node rank > 0 exits 0 at once, node
    rank 0 records the restart and retries the model export alone, needing no other rank;
-6. ends a failed run with one line that names the failed rank, its exit code and what that rank said
+6. starts the ranks of ``-m trainer`` by forking itself once torch and the trainer are imported
+   (``--rank-start=fork``, the default), where torchrun would start a new interpreter per rank that
+   imports them again: see :func:`forked_rank`. ``--rank-start=exec`` keeps torchrun's own start;
+7. ends a failed run with one line that names the failed rank, its exit code and what that rank said
    (its own one line, left in ``$DDP_MNIST_FATAL_DIR``: :func:`trainer.errors.record_fatal`), where
    torchrun's own report ends with a rule of ``=``. It is the log's last line, which a pod's
    ``FallbackToLogsOnError`` termination message ends with, and which ``pulumi up`` shows.
@@ -27,6 +30,9 @@ What it adds to plain torchrun:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import logging
 import os
 import re
 import shutil
@@ -35,6 +41,7 @@ import socket
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,7 +54,9 @@ from trainer.errors import (
     EXIT_PEER_LOST,
     EXIT_USAGE,
     FATAL_DIR_ENV,
+    REACTION_EXIT_CODES,
     TrainerError,
+    recorded_cause,
     recorded_fatal,
     write_line,
 )
@@ -59,6 +68,11 @@ _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 PROGRESS_EVERY_S = 30.0
 RETRY_SLEEP_S = 0.5
 CONNECT_TIMEOUT_S = 2.0
+RANK_STARTS = ("fork", "exec")
+PR_SET_NAME = 15  # <linux/prctl.h>
+# The signals torchrun's agent handles (torch 2.13 `torch/distributed/elastic/multiprocessing/api.py`,
+# PContext.start), which a forked rank would otherwise inherit with the agent's handler.
+_AGENT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 class LaunchError(Exception):
@@ -146,6 +160,23 @@ def root_failure(error: ChildFailedError) -> tuple[int, ProcessFailure]:
     )
 
 
+def failed_rank(error: ChildFailedError, fatal: Path) -> tuple[int, int]:
+    """The rank whose failure ended the run and the launcher's exit code for it.
+
+    :func:`root_failure` among the failures torchrun reports, unless that rank only reacted to another
+    (:data:`trainer.errors.REACTION_EXIT_CODES`, or stopped by SIGTERM) and a rank recorded a fault of
+    its own in ``fatal`` (:func:`trainer.errors.recorded_cause`). With forked ranks, torchrun reports
+    one failure, the first rank its poll finds ended (torch 2.13 `torch/multiprocessing/spawn.py`
+    ProcessContext.join), and a rank that fails takes its peers down within milliseconds (200), well
+    inside torchrun's 0.1 s poll: the lowest rank would be named, whichever failed first.
+    """
+    rank, failure = root_failure(error)
+    code = failure_exit_code(failure.exitcode)
+    if code in REACTION_EXIT_CODES:
+        return recorded_cause(fatal) or (rank, code)
+    return rank, code
+
+
 def exit_code_note(exit_code: int) -> str:
     """`` (SIGKILL)`` for 128 + a signal, the trainer's meaning for its own codes, else nothing."""
     if exit_code in EXIT_CODE_MEANINGS and exit_code > EXIT_INTERNAL:
@@ -163,7 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m trainer.launch",
         description="torchrun with an unexpanded-$(VAR) check, a bounded wait for the master "
         "on node rank > 0, and the failed worker's exit code preserved.",
-        usage="%(prog)s [--master-wait-timeout=SECONDS] -- <torchrun arguments>",
+        usage="%(prog)s [--rank-start={fork,exec}] [--master-wait-timeout=SECONDS] -- <torchrun arguments>",
+    )
+    parser.add_argument(
+        "--rank-start",
+        choices=RANK_STARTS,
+        default="fork",
+        help="fork: ranks of -m trainer are forked from this process after its imports; "
+        "exec: torchrun starts a new interpreter per rank",
     )
     parser.add_argument(
         "--master-wait-timeout",
@@ -207,6 +245,125 @@ def finished_run_of(parsed: argparse.Namespace) -> int | None:
     return 0
 
 
+def forks_ranks(parsed: argparse.Namespace, rank_start: str) -> bool:
+    """Whether the ranks are forked: ``--rank-start=fork``, torchrun runs ``-m trainer``, and the count
+    of ranks per node is a number. ``--nproc-per-node=gpu`` (or ``auto``) makes torchrun's agent ask
+    CUDA for the device count, and a process forked after CUDA's initialization cannot use CUDA."""
+    return (
+        rank_start == "fork"
+        and str(parsed.nproc_per_node).isdigit()
+        and bool(parsed.module)
+        and not (parsed.no_python or parsed.run_path)
+        and parsed.training_script == "trainer"
+    )
+
+
+def _before_fork() -> None:
+    # Output buffered in this process would be written again by each child.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, _AGENT_SIGNALS)
+
+
+def _after_fork_in_parent() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _AGENT_SIGNALS)
+
+
+def _after_fork_in_child() -> None:
+    # A new interpreter's handlers, set while the signals are still blocked: a SIGTERM the agent
+    # sends at once then ends the rank as it would end a rank torchrun had started (-15, retryable),
+    # never through the agent's handler, which would raise in the rank. The trainer installs its own
+    # (trainer.preempt) when it starts.
+    for number in _AGENT_SIGNALS:
+        signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _AGENT_SIGNALS)
+
+
+def _name_process(name: str) -> None:
+    """Set this process's name (Linux ``prctl(PR_SET_NAME)``, at most 15 bytes); elsewhere nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
+class _OneLineFailures(logging.Filter):
+    """Drops the traceback torchrun logs with a forked rank's failure ("failed (exitcode: N) local_rank:
+    ...", torch 2.13 MultiprocessContext._poll): it is torch's own ``ProcessExitedException``, not the
+    rank's; the rank has said its cause, and the launcher's last line repeats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("failed (exitcode"):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def forked_rank(*argv: str) -> None:
+    """One rank of ``-m trainer``, forked from the launcher: the trainer as ``python -u -m trainer``.
+
+    The launcher has imported torch (torchrun's agent needs it) and the trainer before the fork, so a
+    rank starts with both in memory (copy-on-write) instead of importing them again: seconds per rank
+    on a CPU, more with torch's CUDA build. torchrun runs a function entry point in a
+    ``multiprocessing`` child (torch 2.13 `torch/distributed/elastic/multiprocessing/api.py`
+    MultiprocessContext, ``start_method="fork"``), which sets the rank's environment first. Here:
+
+    - the OpenMP thread count is set from ``OMP_NUM_THREADS``, which the OpenMP runtime read when the
+      launcher imported torch, before torchrun set it;
+    - output is line-buffered, as ``-u`` leaves each line on the log when it is written;
+    - the process is named ``trainer-r<RANK>`` (``ps``, ``/proc/PID/comm``), since its command line and
+      ``/proc/PID/environ`` are the launcher's;
+    - a failed run ends the process with the trainer's code at once (:func:`trainer.__main__.exit_process`);
+      a finished one returns, which is how torchrun learns that a rank succeeded.
+    """
+    import torch
+
+    from trainer.__main__ import exit_code, exit_process
+
+    _name_process(f"trainer-r{os.environ.get('RANK', '')}")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True)
+    code = exit_code(list(argv))
+    if code:
+        exit_process(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
+    """torchrun's ``run(parsed)``; with ``fork``, the ranks are :func:`forked_rank` children.
+
+    What torch 2.13's ``torch.distributed.run.run`` does, but the entry point: for one node with no
+    master port, a c10d rendezvous on a free local port; otherwise the port defaults to 29500.
+    """
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_min_max_nnodes, run
+
+    if not fork:
+        run(parsed)
+        return
+    import trainer.train  # noqa: F401  (in memory before the fork, like torch)
+
+    if parsed.standalone or (
+        parsed.rdzv_backend == "static"
+        and not parsed.rdzv_endpoint
+        and parsed.master_port is None
+        and parse_min_max_nnodes(parsed.nnodes)[1] == 1
+    ):
+        parsed.rdzv_backend, parsed.rdzv_endpoint = "c10d", "localhost:0"
+        parsed.rdzv_id = str(uuid.uuid4())
+    if parsed.master_port is None:
+        parsed.master_port = 29500
+    config, _python, command_args = config_from_args(parsed)  # ["-u", "-m", "trainer", *the rank's args]
+    config.start_method = "fork"
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_OneLineFailures())
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )
+    elastic_launch(config=config, entrypoint=forked_rank)(*command_args[3:])
+
+
 def launch(argv: Sequence[str]) -> int:
     own, torchrun_args = split_argv(argv)
     options = build_parser().parse_args(own)
@@ -216,7 +373,7 @@ def launch(argv: Sequence[str]) -> int:
     if not torchrun_args:
         raise LaunchError("no torchrun arguments after '--'", EXIT_USAGE)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args, run
+    from torch.distributed.run import parse_args
 
     parsed = parse_args(torchrun_args)
     finished = finished_run_of(parsed)
@@ -232,7 +389,7 @@ def launch(argv: Sequence[str]) -> int:
     fatal = Path(tempfile.mkdtemp(prefix="launch-fatal-"))
     os.environ[FATAL_DIR_ENV] = str(fatal)  # the workers' environment is a copy of ours
     try:
-        run(parsed)
+        run_torchrun(parsed, forks_ranks(parsed, options.rank_start))
     except SignalException as error:
         code = 128 + int(error.sigval)
         report(f"torchrun stopped by {signal.Signals(error.sigval).name}: exit code {code} (retryable)")
@@ -243,8 +400,7 @@ def launch(argv: Sequence[str]) -> int:
         return EXIT_PEER_LOST
     except ChildFailedError as error:
         write_line(str(error))
-        rank, failure = root_failure(error)
-        code = failure_exit_code(failure.exitcode)
+        rank, code = failed_rank(error, fatal)
         said = recorded_fatal(fatal, rank)
         said = f": {said}" if said else ""
         report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}{said}")

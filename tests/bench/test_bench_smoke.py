@@ -57,7 +57,7 @@ def test_bench_trainer_runs_at_its_smallest_size(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (result,) = json.loads(figures.read_text())
-    assert result["config"] == "1 CPU process, 1 thread" and result["wall_s"] > 0
+    assert result["config"] == "1 CPU process, 1 thread, fork" and result["wall_s"] > 0
     # Each milestone of the one rank's start-up, in order, within the run.
     (marks,) = result["milestones_per_rank"]
     order = ["process", "main", "imports", "data", "rendezvous", "model", "first_step"]

@@ -21,6 +21,7 @@ from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
+from tests.ranks import rank_of_process
 
 TWO_NODES = {
     "jobNodes": 2,
@@ -313,20 +314,13 @@ FROZEN_TIMEOUT = 10  # seconds, as in tests/trainer/test_peer_lost_processes.py:
 
 
 def _rank_process(supervisor: Supervisor, pod: str, rank: int) -> int | None:
-    """The trainer process of global `rank` under a pod (torchrun starts it in a session of its own)."""
+    """The trainer process of global `rank` under a pod."""
     from infra.local.supervisor import descendants
 
     run = supervisor.procs[pod]
     if run.proc is None:
         return None
-    for pid in descendants(run.proc.pid):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in environ and b"LOCAL_RANK=0" in environ:
-            return pid
-    return None
+    return next((pid for pid in descendants(run.proc.pid) if rank_of_process(pid) == rank), None)
 
 
 @pytest.mark.slow

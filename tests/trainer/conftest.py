@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.local.ports import free_port
+from tests.ranks import rank_of_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MNIST = REPO_ROOT.parent / "shared" / "data" / "mnist"
@@ -80,15 +81,8 @@ def children(pid: int) -> list[int]:
 
 
 def worker_with_rank(launcher_pid: int, rank: int) -> int | None:
-    """The trainer process torchrun started under ``launcher_pid`` with ``RANK=rank``, if any."""
-    for child in children(launcher_pid):
-        try:
-            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in environ:
-            return child
-    return None
+    """The trainer process of rank ``rank`` under ``launcher_pid``, if any."""
+    return next((child for child in children(launcher_pid) if rank_of_process(child) == rank), None)
 
 
 class Procs:

@@ -23,7 +23,8 @@ ONE_EPOCH_MIN_ACCURACY = 0.99
 # process even on a CPU (here `import torch` alone is about 500 MiB): a floor the trainer cannot change.
 # So the goal is held on what the trainer adds above the floor of the torch in use (docs/BENCHMARKS.md);
 # the bound fails when that share grows by half. The ranks no longer import `torch._dynamo` (about 150
-# MiB more, trainer/optim.py), so the floor leaves it out too.
+# MiB more, trainer/optim.py), so the floor leaves it out too. Ranks forked by the launcher share its
+# torch and have only what they touch resident: a rank may stay below the floor.
 TRAINER_GROWTH_MIB_LIMIT = 200
 # The probe reads its own high-water mark (VmHWM): `ru_maxrss` carries a parent's peak across fork and
 # exec, and the test runs in a pytest worker that may already hold a trained model or two.
@@ -84,7 +85,7 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
         assert times == sorted(times) and times[-1] - times[0] < metrics["wall_time_s"] + 5, marks
     assert len(metrics["milestones_unix_per_rank"]) == 2
     floor = torch_floor_mib()
-    assert all(0 < rss - floor <= TRAINER_GROWTH_MIB_LIMIT for rss in metrics["peak_rss_mib_per_rank"]), (
+    assert all(0 < rss <= floor + TRAINER_GROWTH_MIB_LIMIT for rss in metrics["peak_rss_mib_per_rank"]), (
         metrics["peak_rss_mib_per_rank"],
         floor,
     )

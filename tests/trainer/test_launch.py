@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -161,7 +162,6 @@ def test_what_torchrun_raises_keeps_the_retry_rule(
     """A preemption's SIGTERM and a failed rendezvous are retryable (>= 128), not a traceback and 1."""
     import signal
 
-    import torch.distributed.run
     from torch.distributed import DistStoreError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
@@ -174,10 +174,10 @@ def test_what_torchrun_raises_keeps_the_retry_rule(
         "store": DistStoreError("Timed out waiting for clients"),
     }
 
-    def run(_: object) -> None:
+    def run(_: object, fork: bool) -> None:
         raise errors[raised]
 
-    monkeypatch.setattr(torch.distributed.run, "run", run)
+    monkeypatch.setattr("trainer.launch.run_torchrun", run)
     assert main(["--", "--nnodes=1", "--nproc-per-node=1", "-m", "trainer"]) == expected
     assert capsys.readouterr().err.splitlines()[-1].startswith(line)
 
@@ -205,14 +205,12 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
 ) -> None:
     """Node rank 1 of a finished run exits 0 at once (no wait for a master that is not coming back);
     node rank 0 records the restart. A run of another schedule (here: one more epoch) is not finished."""
-    import torch.distributed.run
-
     from trainer.launch import main
 
     ckpt = tmp_path / "ckpt"
     _finished_run(ckpt, 1, world_size=2, train_limit=512)
     started: list[object] = []
-    monkeypatch.setattr(torch.distributed.run, "run", started.append)
+    monkeypatch.setattr("trainer.launch.run_torchrun", lambda parsed, fork: started.append(parsed))
     trainer = ["-m", "trainer", f"--checkpoint-dir={ckpt}", f"--epochs={epochs}", "--train-limit=512"]
     torchrun = ["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={free_port()}"]
     for rank in (1, 0):
@@ -229,15 +227,32 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
 
 
 def test_a_rank_leaves_its_line_only_for_a_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.errors import FATAL_DIR_ENV, record_fatal, recorded_fatal
+    from trainer.errors import FATAL_DIR_ENV, record_fatal, recorded_cause, recorded_fatal
 
     monkeypatch.delenv(FATAL_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    record_fatal("trainer: data: gone")  # outside the launcher: nowhere
+    record_fatal("trainer: data: gone", 3)  # outside the launcher: nowhere
     assert list(tmp_path.iterdir()) == []
     monkeypatch.setenv(FATAL_DIR_ENV, str(tmp_path))
     monkeypatch.setenv("RANK", "3")
-    record_fatal("trainer: output:  cannot\nwrite")
+    record_fatal("trainer: output:  cannot\nwrite", 5)
     assert [p.name for p in tmp_path.iterdir()] == ["rank-3"]
     assert recorded_fatal(tmp_path, 3) == "trainer: output: cannot write"
     assert recorded_fatal(tmp_path, 0) == ""
+    assert recorded_cause(tmp_path) == (3, 5)
+
+
+def test_the_recorded_cause_is_the_first_fault_not_a_reaction(tmp_path: Path) -> None:
+    from trainer.errors import recorded_cause
+
+    def record(rank: int, code: int, at_ns: int) -> None:
+        path = tmp_path / f"rank-{rank}"
+        path.write_text(f"{code} trainer: rank {rank}")
+        os.utime(path, ns=(at_ns, at_ns))
+
+    record(0, 200, 1_000)  # the first written, but a reaction: peer lost
+    record(1, 143, 2_000)  # a reaction: preempted
+    assert recorded_cause(tmp_path) is None
+    record(3, 5, 4_000)
+    record(2, 3, 3_000)
+    assert recorded_cause(tmp_path) == (2, 3)

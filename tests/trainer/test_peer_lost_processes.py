@@ -56,6 +56,52 @@ def test_a_genuine_bug_exits_1_with_its_traceback(procs: Any) -> None:
     assert "peer lost" not in result.stderr
 
 
+# Loaded by every interpreter the run starts (PYTHONPATH): at its first step, rank 1 closes its
+# connections while rank 0 waits in the gradients' all-reduce, then fails with a fault of its own
+# (exit 3) half a second later. Rank 0 has exited 200 by then: torchrun sees the reaction first.
+_RANK_1_FAILS = """
+import os
+import time
+import torch.distributed
+import trainer.engine
+from trainer.errors import DataError
+
+_average_gradients = trainer.engine.average_gradients
+
+
+def average_gradients(params):
+    if os.environ.get("RANK") == "1":
+        time.sleep(0.5)
+        torch.distributed.destroy_process_group()
+        time.sleep(0.5)
+        raise DataError("rank 1 injected fault")
+    return _average_gradients(params)
+
+
+trainer.engine.average_gradients = average_gradients
+"""
+
+
+@pytest.mark.parametrize("rank_start", ["fork", "exec"])
+def test_the_pod_exits_with_the_failed_ranks_code_not_the_peer_it_took_down(
+    procs: Any, mnist_root: Path, tmp_path: Path, rank_start: str
+) -> None:
+    """Rank 0 exits 200 before rank 1 exits with its fault; the pod's code is rank 1's (3, permanent),
+    not the first failure torchrun finds."""
+    (tmp_path / "sitecustomize.py").write_text(_RANK_1_FAILS)
+    env = procs.env(PYTHONPATH=f"{tmp_path}{os.pathsep}{procs.repo_root}")
+    trainer = [f"--data={mnist_root}", f"--checkpoint-dir={tmp_path / 'ckpt'}", "--train-limit=1280"]
+    trainer.append(f"--dist-timeout={DIST_TIMEOUT_S}")
+    args = [f"--rank-start={rank_start}", *procs.launch_args(2, trainer)]
+    result = procs.run("trainer.launch", args, env=env, timeout=180)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert _one_peer_lost_line(result.stderr)[0] == "0"  # rank 0 did react
+    assert result.stderr.splitlines()[-1] == (
+        "launch: worker rank 1 failed with exit code 3 (data missing or corrupt): "
+        "trainer: data: rank 1 injected fault"
+    )
+
+
 def test_launcher_passes_the_peer_lost_code_through(procs: Any) -> None:
     exit_200_on_rank_1 = "import os, sys; sys.exit(200 if os.environ['RANK'] == '1' else 0)"
     torchrun = [*procs.torchrun_args(2, procs.free_port())[:-2], "--no-python", sys.executable]
