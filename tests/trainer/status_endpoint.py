@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -184,6 +185,16 @@ def _handler(endpoint: StatusEndpoint, token: str, schema: dict[str, Any]) -> ty
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    """Says nothing when a client hangs up before its answer is written (the trainer's sink gives up
+    on a slow server by design); any other error in a request is printed as the standard server does."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ssl.SSLEOFError, ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
+
+
 @contextmanager
 def status_endpoint(
     directory: Path, tls_dir: Path | None = None, namespace: str = "team-a", name: str = "mnist"
@@ -197,7 +208,7 @@ def status_endpoint(
     token_file = directory / "token"
     token_file.write_text(token + "\n")
     endpoint = StatusEndpoint(ca_file=certificate, token_file=token_file)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(endpoint, token, trainer_status_schema()))
+    server = _Server(("127.0.0.1", 0), _handler(endpoint, token, trainer_status_schema()))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certificate, key)
     server.socket = context.wrap_socket(server.socket, server_side=True)
