@@ -15,6 +15,7 @@ from infra.local.plan import JobPlan
 from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack, plan_workloads
 from tests.infra.conftest import render_config
+from tests.runcount import COUNT_THIS_RUN
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 
@@ -23,11 +24,7 @@ def _failing_pods(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> No
     """Each pod fails `incidents` times with `code`, then exits 0."""
     for pod in job.pods:
         counter = tmp_path / f"{pod.name}.runs"
-        script = (
-            "import pathlib, sys; p = pathlib.Path(sys.argv[1]); "
-            "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
-            f"sys.exit({code} if n < {incidents} else 0)"
-        )
+        script = f"import os, sys; {COUNT_THIS_RUN}; sys.exit({code} if n < {incidents} else 0)"
         pod.argv = [sys.executable, "-c", script, str(counter)]
         pod.init = []
 

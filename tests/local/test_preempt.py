@@ -21,6 +21,7 @@ from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
+from tests.runcount import COUNT_THIS_RUN
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 KINDS = {
@@ -96,9 +97,8 @@ def _stepping_pods(job: JobPlan, tmp_path: Path, ignore_sigterm: bool = False) -
     for pod in job.pods:
         counter = tmp_path / f"{pod.name}.runs"
         script = (
-            "import pathlib, signal, sys, time\n"
-            "p = pathlib.Path(sys.argv[1]); n = int(p.read_text()) if p.exists() else 0\n"
-            "p.write_text(str(n + 1))\n"
+            "import os, signal, sys, time\n"
+            f"{COUNT_THIS_RUN}\n"
             f"if {ignore_sigterm}: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
             "for step in range(1, 41):\n"
             "    print(f'trainer: progress step {step:>2}/40', flush=True); time.sleep(0.02)\n"

@@ -18,6 +18,7 @@ from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
+from tests.runcount import COUNT_THIS_RUN, runs
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False, **SMALL}
@@ -91,11 +92,9 @@ def _scripted(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> None:
         fails = incidents if pod.index == 0 else 0
         peers = [str(c) for c in counters if c != counter] if pod.index == 0 else []
         script = (
-            "import pathlib, sys, time; p = pathlib.Path(sys.argv[1]); "
-            "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
-            "runs = lambda q: int(q.read_text() or 0) if q.exists() else 0; "
+            f"import os, sys, time; {COUNT_THIS_RUN}; "
             "deadline = time.monotonic() + 30\n"
-            "while any(runs(pathlib.Path(q)) < n + 1 for q in sys.argv[2:])"
+            f"while any({runs('q')} < n + 1 for q in sys.argv[2:])"
             " and time.monotonic() < deadline:\n"
             "    time.sleep(0.01)\n"
             f"time.sleep(0.3 if {pod.index} else 0); sys.exit({code} if n < {fails} else 0)"
@@ -108,8 +107,8 @@ def _run_scripted(values: dict, tmp_path: Path, incidents: int, code: int = 137)
     _scripted(job, tmp_path, incidents, code)
     out = io.StringIO()
     result = Supervisor(job, out, restart_delay=0.05).run(120)
-    runs = {p.name: int((tmp_path / f"{p.name}.runs").read_text()) for p in job.pods}
-    return result, out.getvalue(), runs
+    counted = {p.name: (tmp_path / f"{p.name}.runs").stat().st_size for p in job.pods}
+    return result, out.getvalue(), counted
 
 
 @pytest.mark.parametrize("restarts", [1, 2])
