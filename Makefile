@@ -69,10 +69,11 @@ run: $(VENV)/.installed ## run STACK's training job (default dev) through the lo
 render: $(INFRA_VENV)/.installed ## render STACK's objects offline and validate them (build/rendered/)
 	$(INFRA_VENV)/bin/python -m infra.review.render --stack $(STACK) --validate
 
-lint: $(VENV)/.installed ## ruff, mypy and the Pulumi.yaml schema check
+lint: $(VENV)/.installed ## ruff, mypy, the Pulumi.yaml schema check and the component schema's
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m infra.program.schema --check
+	$(VENV)/bin/python -m infra.component.schema --check
 
 # The workflows' lint (jactionlint with shellcheck) comes with .venv's test extra: tests/ci runs it.
 # The whole suite on every core; pytest lists the 15 slowest tests, and the last line gives the wall
@@ -195,8 +196,9 @@ docs: $(VENV)/.installed ## build the documentation site into site/ (mkdocs buil
 docs-serve: $(VENV)/.installed ## serve the documentation site on 127.0.0.1:8000 with live reload
 	$(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
-schema: $(VENV)/.installed ## write Pulumi.yaml's config schema from the settings model
+schema: $(VENV)/.installed ## write Pulumi.yaml's config schema and the component package's schema from the settings model
 	$(VENV)/bin/python -m infra.program.schema
+	$(VENV)/bin/python -m infra.component.schema
 
 reference: $(VENV)/.installed ## write docs/reference/*.md from the code (--check in the tests)
 	$(VENV)/bin/python -m infra.reference

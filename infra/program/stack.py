@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from infra.program.job.runwatch import RunWatch
 
 
-def _namespace(settings: Settings) -> pulumi.Input[str]:
+def _namespace(settings: Settings, parent: pulumi.Resource | None = None) -> pulumi.Input[str]:
     if not settings.create_namespace:
         return settings.namespace
     level = settings.namespace_pod_security
@@ -52,6 +52,7 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
         # The retained checkpoint claim lives in this namespace, and deleting a namespace deletes
         # everything in it: a destroy that keeps the claim keeps its namespace too.
         opts=pulumi.ResourceOptions(
+            parent=parent,
             retain_on_delete=settings.checkpoint_volume_retain,
             import_=settings.namespace if settings.reattach_retained else None,
         ),
@@ -59,35 +60,41 @@ def _namespace(settings: Settings) -> pulumi.Input[str]:
     return namespace.metadata.name
 
 
-def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
+def build_platform(
+    settings: Settings, parent: pulumi.Resource | None = None
+) -> dict[str, pulumi.Input[object]]:
     """A platform stack: the cluster-level parts only (the training operator, Kubeflow Trainer v2, KServe,
-    their CRDs), each as configured."""
+    their CRDs), each as configured. `parent`: the component that owns them (infra/component/), none in a
+    stack."""
+    child = pulumi.ResourceOptions(parent=parent)
     outputs: dict[str, pulumi.Input[object]] = {"stackRole": settings.stack_role}
     operator: TrainingOperator | ExistingOperatorPatch | None = None
     trainer = None
     if settings.operator_install:
-        operator = TrainingOperator("training-operator", settings)
+        operator = TrainingOperator("training-operator", settings, opts=child)
         outputs["operatorSource"] = operator.source
         outputs["operatorInitContainerImage"] = settings.operator_init_container_image
     elif settings.operator_patch_existing:
-        operator = ExistingOperatorPatch("training-operator-patch", settings)
+        operator = ExistingOperatorPatch("training-operator-patch", settings, opts=child)
         outputs["operatorPatched"] = operator.deployment
         outputs["operatorInitContainerImage"] = settings.operator_init_container_image
     if settings.trainer_install:
-        trainer = TrainerV2("trainer-v2", settings)
+        trainer = TrainerV2("trainer-v2", settings, opts=child)
         outputs["trainerSource"] = trainer.source
     if settings.kserve_install:
-        outputs["kserveSource"] = KServe("kserve", settings).source
+        outputs["kserveSource"] = KServe("kserve", settings, opts=child).source
     plugin = (
-        NvidiaDevicePlugin("gpu-device-plugin", settings) if settings.gpu_device_plugin == "install" else None
+        NvidiaDevicePlugin("gpu-device-plugin", settings, opts=child)
+        if settings.gpu_device_plugin == "install"
+        else None
     )
     if plugin is not None:
         outputs["gpuDevicePlugin"] = plugin.daemon_set.metadata.name
-    smoke = smoke_checks(settings, operator, trainer, plugin)
+    smoke = smoke_checks(settings, operator, trainer, plugin, parent)
     outputs.update(smoke)
-    priority_classes(settings)
+    priority_classes(settings, parent)
     if settings.team_namespaces or settings.platform_storage_classes or settings.pod_security_label_guard:
-        tenancy = TeamTenancy("tenancy", settings)
+        tenancy = TeamTenancy("tenancy", settings, opts=child)
         if tenancy.namespaces:
             outputs["teamNamespaces"] = tenancy.namespaces
         if tenancy.storage_classes:
@@ -96,7 +103,9 @@ def build_platform(settings: Settings) -> dict[str, pulumi.Input[object]]:
     return outputs
 
 
-def priority_classes(settings: Settings) -> list[k8s.scheduling.v1.PriorityClass]:
+def priority_classes(
+    settings: Settings, parent: pulumi.Resource | None = None
+) -> list[k8s.scheduling.v1.PriorityClass]:
     """The PriorityClasses a platform (or all) stack creates (priorityClasses), cluster-wide."""
     return [
         k8s.scheduling.v1.PriorityClass(
@@ -105,6 +114,7 @@ def priority_classes(settings: Settings) -> list[k8s.scheduling.v1.PriorityClass
             value=value,
             global_default=False,
             description=f"{PROJECT}: training jobs that name it (jobPriorityClassName)",
+            opts=pulumi.ResourceOptions(parent=parent),
         )
         for name, value in settings.priority_class_values.items()
     ]
@@ -125,6 +135,7 @@ def smoke_checks(
     operator: TrainingOperator | ExistingOperatorPatch | None,
     trainer: TrainerV2 | None,
     gpu_plugin: NvidiaDevicePlugin | None = None,
+    parent: pulumi.Resource | None = None,
 ) -> dict[str, pulumi.Input[object]]:
     """The post-install smoke check of the operators this stack installs or patches (operatorSmokeCheck),
     of NetworkPolicy enforcement (networkPolicySmokeCheck), and of the GPU nodes (gpuSmokeNodeSelector,
@@ -139,6 +150,7 @@ def smoke_checks(
         settings,
         operator if pytorchjob else None,
         trainer if trainjob else None,
+        opts=pulumi.ResourceOptions(parent=parent),
         gpu_after=((gpu_plugin.daemon_set,) if gpu_plugin else ()) if gpu else None,
         network=settings.network_check,
     )
@@ -146,40 +158,47 @@ def smoke_checks(
 
 
 def build(
-    settings: Settings, credentials: S3Credentials | None, watch: RunWatch | None = None
+    settings: Settings,
+    credentials: S3Credentials | None,
+    watch: RunWatch | None = None,
+    parent: pulumi.Resource | None = None,
 ) -> dict[str, pulumi.Input[object]]:
     """Registers every resource of the stack; returns the stack outputs (no secret among them). `watch`
     is how `pulumi up` waits for the seed and the job (`main` passes one reading the cluster; without,
-    as under mocks, the outcomes come from the jobs' recorded status).
+    as under mocks, the outcomes come from the jobs' recorded status). `parent`: the component that owns
+    every resource (infra/component/), none in a stack.
 
     Long on purpose: the one place that composes the roles, in the order their resources depend on each other;
     each step is one call into a role's package."""
     from infra.program.common.storage import TrainingStorage
 
+    child = pulumi.ResourceOptions(parent=parent)
     if settings.stack_role == "platform":
-        return build_platform(settings)
+        return build_platform(settings, parent)
     if settings.stack_role == "prerequisites":
         from infra.program.prerequisites.install import build_prerequisites
 
         assert credentials is not None  # checks.prerequisites: the stack's MinIO keys are set
         return build_prerequisites(settings, credentials, watch)
-    namespace = _namespace(settings)
+    namespace = _namespace(settings, parent)
     # With the job's own policy on (jobNetworkPolicy), the namespace denies by default too.
-    deny_all = (default_deny(settings, namespace),) if settings.job_network_policy else ()
+    deny_all = (default_deny(settings, namespace, opts=child),) if settings.job_network_policy else ()
     if has_budget(settings):
-        NamespaceBudget("budget", settings, namespace)
-    storage = TrainingStorage("storage", settings, namespace)
+        NamespaceBudget("budget", settings, namespace, opts=child)
+    storage = TrainingStorage("storage", settings, namespace, opts=child)
     uses_secret = credentials is not None or bool(settings.minio_existing_secret)
     secret_name = read_secret_name = None
     if uses_secret:
-        s3 = ObjectStoreCredentials("s3", settings, credentials, namespace)
+        s3 = ObjectStoreCredentials("s3", settings, credentials, namespace, opts=child)
         # The seed and the server only read: the read-only pair's Secret when there is one.
         secret_name, read_secret_name = s3.secret_name, s3.read_secret_name
     names = job_names(settings)
-    identity = JobServiceAccount("identity", settings, names, namespace)
-    ca = ca_bundle_config_map(settings, namespace)
+    identity = JobServiceAccount("identity", settings, names, namespace, opts=child)
+    ca = ca_bundle_config_map(settings, namespace, parent)
     after: tuple[pulumi.Resource, ...] = deny_all + ((ca,) if ca is not None else ())
-    queue = JobQueue("queue", settings, namespace).local_queue if settings.job_queue_name else None
+    queue = (
+        JobQueue("queue", settings, namespace, opts=child).local_queue if settings.job_queue_name else None
+    )
     seed = None
     if settings.seeds_data:
         seed = DataSeed(
@@ -191,31 +210,34 @@ def build(
             identity.service_account_name,
             queue=queue,  # queued like the training job, once its LocalQueue exists
             watch=watch,
+            opts=child,
         )
         after += (seed.job,)  # the Job itself: a component's depends_on does not wait for its children
     operator: TrainingOperator | ExistingOperatorPatch | None = None
     trainer = None
     if settings.operator_install:
-        operator = TrainingOperator("training-operator", settings)
+        operator = TrainingOperator("training-operator", settings, opts=child)
         after += (operator,)
     elif settings.operator_patch_existing:
-        operator = ExistingOperatorPatch("training-operator-patch", settings)
+        operator = ExistingOperatorPatch("training-operator-patch", settings, opts=child)
         after += (operator,)
     if settings.trainer_install:
-        trainer = TrainerV2("trainer-v2", settings)
+        trainer = TrainerV2("trainer-v2", settings, opts=child)
         after += (trainer,)
     plugin = (
-        NvidiaDevicePlugin("gpu-device-plugin", settings) if settings.gpu_device_plugin == "install" else None
+        NvidiaDevicePlugin("gpu-device-plugin", settings, opts=child)
+        if settings.gpu_device_plugin == "install"
+        else None
     )
     if plugin is not None:
         after += (plugin.daemon_set,)  # GPUs advertised before the job
-    smoke = smoke_checks(settings, operator, trainer, plugin)
-    after += tuple(priority_classes(settings))  # before any pod names one
+    smoke = smoke_checks(settings, operator, trainer, plugin, parent)
+    after += tuple(priority_classes(settings, parent))  # before any pod names one
     if queue is not None:
         after += (queue,)
     if settings.job_network_policy:
         # In place before the first pod starts, so no pod of the job ever runs unrestricted.
-        after += (JobNetworkPolicy("network", settings, names, namespace),)
+        after += (JobNetworkPolicy("network", settings, names, namespace, opts=child),)
     # The training job takes the data claim only from a seed that succeeded: a Failed seed Job fails
     # `pulumi up` and the job is never registered (on an empty volume).
     data_claim = after_success(storage.data_claim, seed.outcome) if seed is not None else storage.data_claim
@@ -229,21 +251,23 @@ def build(
         watch=watch,
     )
     if settings.job_kind == "pytorchjob":
-        job: PyTorchJob | IndexedJob | TrainJob = PyTorchJob("trainer", settings, inputs, namespace)
+        job: PyTorchJob | IndexedJob | TrainJob = PyTorchJob(
+            "trainer", settings, inputs, namespace, opts=child
+        )
         kind = "pytorchjob"
     elif settings.job_kind == "trainjob":
-        job = TrainJob("trainer", settings, inputs, namespace)
+        job = TrainJob("trainer", settings, inputs, namespace, opts=child)
         kind = "trainjob"
     else:
-        job = IndexedJob("trainer", settings, inputs, namespace)
+        job = IndexedJob("trainer", settings, inputs, namespace, opts=child)
         kind = "job"
     ns = settings.namespace
     board = (
-        TensorBoard("tensorboard", settings, namespace, storage.checkpoint_claim)
+        TensorBoard("tensorboard", settings, namespace, storage.checkpoint_claim, opts=child)
         if settings.tensorboard_deploy
         else None
     )
-    kserve = KServe("kserve", settings) if settings.kserve_install else None
+    kserve = KServe("kserve", settings, opts=child) if settings.kserve_install else None
     served: dict[str, pulumi.Input[object]] = {"kserveSource": kserve.source if kserve else None}
     if settings.serve_kind != "none":
         # Every serving object depends on the job through its outcome: registered only once the training
@@ -257,6 +281,7 @@ def build(
             storage.checkpoint_claim,
             read_secret_name,
             after=(kserve,) if kserve else (),
+            opts=child,
         )
         served |= {
             "serveKind": settings.serve_kind,

@@ -199,12 +199,7 @@ def run_program(
     from infra.program.common.config import load_settings
     from infra.program.stack import build
 
-    mocks = mocks or RecordingMocks()
-    _ensure_event_loop()
-    pulumi.runtime.set_mocks(
-        mocks, project=PROJECT, stack=stack.name, preview=False, monitor=_RecordingMonitor(mocks)
-    )
-    pulumi.runtime.set_all_config(dict(stack.values), sorted(stack.secret_keys))
+    mocks = _mocked(stack, mocks)
     outputs: dict[str, Any] = {}
 
     @pulumi.runtime.test
@@ -222,6 +217,47 @@ def run_program(
 
     program()
     return mocks, outputs
+
+
+def _mocked(stack: StackConfig, mocks: RecordingMocks | None) -> RecordingMocks:
+    """Pulumi's mock runtime, recording into `mocks`, with the stack's name and config."""
+    mocks = mocks or RecordingMocks()
+    _ensure_event_loop()
+    pulumi.runtime.set_mocks(
+        mocks, project=PROJECT, stack=stack.name, preview=False, monitor=_RecordingMonitor(mocks)
+    )
+    pulumi.runtime.set_all_config(dict(stack.values), sorted(stack.secret_keys))
+    return mocks
+
+
+def render_component(kind: str, inputs: dict[str, Any], name: str = "test") -> Rendering:
+    """The objects and outputs of one component of the package (infra/component/) built from `inputs`
+    under mocks, in a stack of its own with no config. Raises what the component raises for bad inputs."""
+    from infra.component.resources import COMPONENTS
+
+    mocks = _mocked(StackConfig(name=name, values={}, secret_keys=frozenset()), None)
+    outputs: dict[str, Any] = {}
+    built: list[Any] = []
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        component = COMPONENTS[kind](name, inputs, watched=False)
+        built.append(component)
+        return pulumi.Output.all(**component.outputs).apply(outputs.update)
+
+    program()
+    objects = [
+        _as_object(r)
+        for r in mocks.registrations
+        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs and not is_patch(r)
+    ]
+    return Rendering(
+        stack=name,
+        objects=sorted(objects, key=_sort_key),
+        outputs=outputs,
+        settings=built[0].settings,
+        registrations=mocks.registrations,
+    )
 
 
 def with_offline_platform(settings: Settings, stack: str, has_keys: bool) -> Settings:

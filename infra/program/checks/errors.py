@@ -12,9 +12,13 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, value: object, allowed: str, *, secret: bool = False) -> None:
         from infra.program.settings import PROJECT
+        from infra.program.settings.tracking import URL_KEYS
 
+        # A URL or endpoint with user info may hold a password: such a value is never shown.
+        secret = secret or (key.rpartition(":")[2] in URL_KEYS and "@" in str(value))
         shown = "(unset)" if value is None else "[secret]" if secret else _show(value)
         self.key = key if ":" in key else f"{PROJECT}:{key}"
+        self.secret = secret  # the value is not shown
         super().__init__(f"config {self.key}={shown} is invalid: must be {allowed}")
 
 

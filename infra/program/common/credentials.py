@@ -87,7 +87,9 @@ class ObjectStoreCredentials(pulumi.ComponentResource):
         return found.metadata.name
 
 
-def ca_bundle_config_map(settings: Settings, namespace: pulumi.Input[str]) -> k8s.core.v1.ConfigMap | None:
+def ca_bundle_config_map(
+    settings: Settings, namespace: pulumi.Input[str], parent: pulumi.Resource | None = None
+) -> k8s.core.v1.ConfigMap | None:
     """The ConfigMap of minioCaBundle's certificates, which every pod reaching the store mounts."""
     from infra.program.checks.s3 import ca_bundle_text
 
@@ -101,4 +103,5 @@ def ca_bundle_config_map(settings: Settings, namespace: pulumi.Input[str]) -> k8
             name=S3_CA_CONFIG_MAP, namespace=namespace, labels=labels(settings, "credentials")
         ),
         data={S3_CA_KEY: text},
+        opts=pulumi.ResourceOptions(parent=parent),
     )

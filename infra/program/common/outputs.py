@@ -22,6 +22,9 @@ class StackOutput:
     description: str
     roles: tuple[str, ...]
     when: str = ""  # the condition under which it is exported; empty: always, for its roles
+    # Its type in the component package's schema (infra/component/schema.py): string, object or array
+    # (of strings).
+    type: str = "string"
 
 
 OUTPUTS: dict[str, StackOutput] = {
@@ -31,6 +34,7 @@ OUTPUTS: dict[str, StackOutput] = {
         "that name it in `platformStack`; exported once its smoke checks passed.",
         PLATFORM_ROLES,
         "it installs or patches an operator, or declares the platform's facts",
+        type="object",
     ),
     # The job and where its data and results are.
     "jobOutcome": StackOutput("How the training run ended (`pulumi up` waits for it).", JOB_ROLES),
@@ -59,7 +63,7 @@ OUTPUTS: dict[str, StackOutput] = {
     "checkpointDir": StackOutput("The run's directory on the checkpoint volume.", JOB_ROLES),
     "curvesDir": StackOutput("Where the run writes its TensorBoard curves.", JOB_ROLES),
     "lineage": StackOutput(
-        "Where the run's lineage.json lies: claim, path, and S3 URI when exported.", JOB_ROLES
+        "Where the run's lineage.json lies: claim, path, and S3 URI when exported.", JOB_ROLES, type="object"
     ),
     "tensorboardCommand": StackOutput(
         "A command that opens the TensorBoard Deployment.", JOB_ROLES, "`tensorboardDeploy`"
@@ -105,10 +109,10 @@ OUTPUTS: dict[str, StackOutput] = {
         "The NVIDIA device plugin DaemonSet's name.", (PLATFORM,), "`gpuDevicePlugin` is install"
     ),
     "teamNamespaces": StackOutput(
-        "The team namespaces the platform created.", (PLATFORM,), "`teamNamespaces`"
+        "The team namespaces the platform created.", (PLATFORM,), "`teamNamespaces`", type="array"
     ),
     "storageClasses": StackOutput(
-        "The StorageClasses the platform created.", (PLATFORM,), "`platformStorageClasses`"
+        "The StorageClasses the platform created.", (PLATFORM,), "`platformStorageClasses`", type="array"
     ),
     # Smoke checks.
     "operatorSmokeCheck": StackOutput(

@@ -11,8 +11,9 @@ from infra.program.settings.base import SettingsGroup, check_cidrs, key, optiona
 # http(s)://HOST[:PORT][/PATH], no user info, query or fragment: what the trainer's client takes
 # (trainer/mlflow_rest.py), and a host a NetworkPolicy rule can be derived from.
 TRACKING_URI = re.compile(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[^\s?#@]*)?")
-# Keys holding a URL: a bad value with user info in it is reported without the value.
-URL_KEYS = frozenset({"mlflowTrackingUri"})
+# Keys holding a URL or an endpoint: a bad value with user info in it (user:password@) is reported
+# without the value.
+URL_KEYS = frozenset({"mlflowTrackingUri", "minioEndpoint"})
 
 
 class TrackingSettings(SettingsGroup):
