@@ -175,6 +175,15 @@ PARTS: dict[str, Part] = {
                 ),
             ),
         ),
+        # The YAML language host: Pulumi YAML programs, such as the component package's YAML example
+        # (docs/how-to/components.md): pulumi-yaml v1.38.3, the newest release the module proxy serves,
+        # built with the CLI's module versions (parts/pulumi-yaml).
+        Part(
+            "pulumi-yaml",
+            {"pulumi-language-yaml": "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"},
+            tags="osusergo,grpcnotrace",
+            ldflags=("-X github.com/pulumi/pulumi-yaml/pkg/version.Version=v1.38.3",),
+        ),
         Part("kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"}),
         Part("jobset", {"jobset": "sigs.k8s.io/jobset"}),
         Part(
