@@ -77,7 +77,9 @@ def package_schema() -> dict[str, Any]:
         "resources": resources,
         "language": {
             "nodejs": {"respectSchemaVersion": True},
-            "go": {"respectSchemaVersion": True},
+            # The Go SDK `pulumi package add` generates is a local module (go.mod replaces it with its
+            # directory): a path of this project's own, not a repository's.
+            "go": {"respectSchemaVersion": True, "importBasePath": f"{PROJECT}.local/sdk/go/ddpmnist"},
             "python": {"respectSchemaVersion": True},
         },
     }

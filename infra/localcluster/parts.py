@@ -161,6 +161,7 @@ PARTS: dict[str, Part] = {
             {
                 "pulumi": "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",
                 "pulumi-language-python": "./language-python",
+                "pulumi-language-go": "./language-go",
             },
             tags="osusergo,grpcnotrace",
             ldflags=(

@@ -1,13 +1,18 @@
-"""The component package through the real engine, from a YAML program (docs/how-to/components.md):
+"""The component package through the real engine, from the YAML and Go programs of its pages
+(docs/how-to/components.md, components-yaml.md, components-go.md):
 
 - `pulumi package add <checkout>/infra/component`, as the page says, starts the provider through the
-  Python language host, reads its schema and records the package in the program's Pulumi.yaml;
+  Python language host, reads its schema and generates the program's SDK (YAML: a `packages:` entry;
+  Go: a module that go.mod requires and replaces with its directory);
 - a preview of the page's program registers the TrainingJob component and, as its descendants, every
   Kubernetes object the offline render of a job stack with the same config has;
-- a bad input fails the preview with the page's line, the stack config's own.
+- a bad input fails the preview with the page's line, the stack config's own;
+- on the local cluster, after the session's prerequisites and platform stacks, a YAML program's
+  TrainingJob deploys the dev stack's twin: the seed Job completes, the PyTorchJob succeeds.
 
-The real engine, its Python language host, the YAML language host (pulumi-yaml) and the Kubernetes
-provider, all built by the tier; no cluster: the preview's provider has none to read.
+The real engine, its Python and Go language hosts (the tier's own, upstream's are not on the module
+proxy), the YAML language host (pulumi-yaml) and the Kubernetes provider, all built by the tier; the
+previews have no cluster to read.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,19 +31,30 @@ from infra.localcluster.build import binary
 from infra.localcluster.parts import KUBERNETES_PROVIDER_VERSION
 from infra.program.settings import PROJECT_ROOT
 from infra.review.manifest import render
-from tests.infra.conftest import stack_config
+from tests.e2e import judge, live
+from tests.e2e.stacks import as_stack, job_config
+from tests.e2e_local import scenario
+from tests.e2e_local.conftest import KEEP
+from tests.infra.conftest import as_inputs, stack_config
 
 pytestmark = pytest.mark.e2e_local
 
-PAGE = PROJECT_ROOT / "docs" / "how-to" / "components.md"
+PAGES = PROJECT_ROOT / "docs" / "how-to"
+PAGE = PAGES / "components.md"
 
 
-def _block(section: str, language: str) -> str:
-    """The first code block of `language` under the page's heading `section`."""
-    text = PAGE.read_text().split(f"## {section}\n", 1)[1]
+def _block(section: str, language: str, page: Path = PAGE) -> str:
+    """The first code block of `language` under the heading `section` of `page` ("" for its start)."""
+    text = page.read_text().split(f"{section}\n", 1)[1] if section else page.read_text()
     found = re.search(rf"```{language}\n(.*?)```", text, re.S)
-    assert found, f"no {language} block under {section!r} in {PAGE}"
+    assert found, f"no {language} block under {section!r} in {page}"
     return found.group(1)
+
+
+def _add_package(program: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The page's one command, in the program's directory."""
+    (command,) = [line for line in _block("## Add the package", "sh").splitlines() if line.strip()]
+    return _run(command.replace("<checkout>", str(PROJECT_ROOT)).split(), program, env)
 
 
 def _engine(tmp_path: Path) -> dict[str, str]:
@@ -74,25 +91,17 @@ def _engine(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
-    env = _engine(tmp_path)
-    program = tmp_path / "program"
-    program.mkdir()
-    (program / "Pulumi.yaml").write_text(_block("A YAML program", "yaml"))
-    (command,) = [line for line in _block("Add the package", "sh").splitlines() if line.strip()]
-    added = _run(command.replace("<checkout>", str(PROJECT_ROOT)).split(), program, env)
-    assert added.returncode == 0, added.stderr
-    assert yaml.safe_load((program / "Pulumi.yaml").read_text())["packages"] == {
-        "ddp-mnist": str(PROJECT_ROOT / "infra" / "component")
-    }
-    assert (program / "sdks" / "ddp-mnist").is_dir()
+def _previews_the_job_stacks_objects(program: Path, env: dict[str, str], inputs: dict[str, Any]) -> None:
+    """A preview of the program registers the TrainingJob and, under it, exactly the Kubernetes objects
+    of the offline render of a job stack whose config is the component's inputs."""
     assert _run(["pulumi", "stack", "init", "test"], program, env).returncode == 0
-
-    preview = _run(["pulumi", "preview", "--json", "--non-interactive"], program, env)
+    preview = _run(["pulumi", "preview", "--json", "--non-interactive"], program, env, timeout=600)
     assert preview.returncode == 0, preview.stderr + preview.stdout
     steps = [step for step in json.loads(preview.stdout)["steps"] if step["op"] == "create"]
     states = {step["urn"]: step["newState"] for step in steps}
@@ -107,7 +116,6 @@ def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp
         for urn, state in states.items()
         if state["type"].startswith("kubernetes:") and under_component(urn)
     )
-    inputs = yaml.safe_load((program / "Pulumi.yaml").read_text())["resources"]["job"]["properties"]
     offline = render(stack_config({**inputs, "stackRole": "job"}))
     expected = sorted(
         (r.type, r.name) for r in offline.registrations if r.custom and r.type.startswith("kubernetes:")
@@ -119,18 +127,137 @@ def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp
     )
 
 
-def test_a_bad_input_fails_the_preview_with_the_pages_line(tmp_path):
+def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
     env = _engine(tmp_path)
     program = tmp_path / "program"
     program.mkdir()
-    document = yaml.safe_load(_block("A YAML program", "yaml"))
-    document["resources"]["job"]["properties"]["jobNodes"] = 0
-    (program / "Pulumi.yaml").write_text(yaml.safe_dump(document))
-    (command,) = [line for line in _block("Add the package", "sh").splitlines() if line.strip()]
-    assert _run(command.replace("<checkout>", str(PROJECT_ROOT)).split(), program, env).returncode == 0
+    (program / "Pulumi.yaml").write_text(_block("", "yaml", PAGES / "components-yaml.md"))
+    added = _add_package(program, env)
+    assert added.returncode == 0, added.stderr
+    assert yaml.safe_load((program / "Pulumi.yaml").read_text())["packages"] == {
+        "ddp-mnist": str(PROJECT_ROOT / "infra" / "component")
+    }
+    assert (program / "sdks" / "ddp-mnist").is_dir()
+    inputs = yaml.safe_load((program / "Pulumi.yaml").read_text())["resources"]["job"]["properties"]
+    _previews_the_job_stacks_objects(program, env, inputs)
+
+
+GO_INPUT = re.compile(r"^\s*(\w+):\s+pulumi\.(?:StringRef|IntRef|BoolRef)\((.+)\),$", re.M)
+
+
+def test_a_go_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
+    env = _engine(tmp_path)
+    env["PATH"] = os.pathsep.join([str(binary("pulumi-language-go").parent), env["PATH"]])
+    page = PAGES / "components-go.md"
+    program = tmp_path / "program"
+    program.mkdir()
+    for name, language in (("Pulumi.yaml", "yaml"), ("go.mod", "text"), ("main.go", "go")):
+        (program / name).write_text(_block(f"### {name}", language, page))
+    added = _add_package(program, env)
+    assert added.returncode == 0, added.stderr
+    go_mod = (program / "go.mod").read_text()
+    assert "replace ddp-mnist.local/sdk/go => ./sdks/ddp-mnist" in go_mod
+    assert (program / "sdks" / "ddp-mnist" / "ddpmnist").is_dir()
+    inputs = {
+        field[0].lower() + field[1:]: json.loads(value)
+        for field, value in GO_INPUT.findall((program / "main.go").read_text())
+    }
+    assert inputs["jobNodes"] == 2 and inputs["operatorInstall"] is False
+    _previews_the_job_stacks_objects(program, env, inputs)
+
+
+@pytest.mark.parametrize("language", ["yaml", "go"])
+def test_a_bad_input_fails_the_preview_with_the_pages_line_in_each_language(tmp_path, language):
+    env = _engine(tmp_path)
+    program = tmp_path / "program"
+    program.mkdir()
+    if language == "yaml":
+        document = yaml.safe_load(_block("", "yaml", PAGES / "components-yaml.md"))
+        document["resources"]["job"]["properties"]["jobNodes"] = 0
+        (program / "Pulumi.yaml").write_text(yaml.safe_dump(document))
+    else:
+        env["PATH"] = os.pathsep.join([str(binary("pulumi-language-go").parent), env["PATH"]])
+        for name, kind in (("Pulumi.yaml", "yaml"), ("go.mod", "text"), ("main.go", "go")):
+            text = _block(f"### {name}", kind, PAGES / "components-go.md")
+            (program / name).write_text(text.replace("pulumi.IntRef(2)", "pulumi.IntRef(0)"))
+        assert "pulumi.IntRef(0)" in (program / "main.go").read_text()
+    assert _add_package(program, env).returncode == 0
     assert _run(["pulumi", "stack", "init", "test"], program, env).returncode == 0
-    preview = _run(["pulumi", "preview", "--non-interactive"], program, env)
+    preview = _run(["pulumi", "preview", "--non-interactive"], program, env, timeout=600)
     assert preview.returncode != 0
     line = re.search(r"`(property jobNodes with value 0 has a problem: [^`]*)`", PAGE.read_text())
     assert line, "the page quotes the error"
     assert line.group(1) in preview.stdout + preview.stderr
+
+
+# The deployed program's own namespace and StorageClass: the session's job stacks hold theirs.
+COMPONENT_NAMESPACE = "ddp-mnist-component"
+
+
+def test_a_yaml_program_deploys_the_dev_job_on_the_local_cluster(platform: dict, tmp_path: Path) -> None:
+    """The dev stack's twin as a job (tests/e2e/stacks.job_config) from a YAML program's TrainingJob, after
+    the session's prerequisites and platform stacks: the seed Job completes, the PyTorchJob succeeds
+    (its pods run no process under KWOK: the engine's and the controllers' work is what is shown), and the
+    engine's resources are the offline render's of a job stack with the same config."""
+    config = job_config(
+        scenario.IMAGE,
+        *scenario.KEYS,
+        namespace=COMPONENT_NAMESPACE,
+        storageClassName="ddp-mnist-nfs-component",
+    )
+    secrets = {key: config.pop(f"ddp-mnist:{key}") for key in ("minioAccessKey", "minioSecretKey")}
+    config.pop("ddp-mnist:stackRole")
+    properties = {**as_inputs(config), **{key: f"${{{key}}}" for key in secrets}}
+    program = tmp_path / "program"
+    program.mkdir()
+    (program / "Pulumi.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "ddp-mnist-yaml",
+                "runtime": "yaml",
+                "config": {key: {"type": "string", "secret": True} for key in secrets},
+                "resources": {"job": {"type": "ddp-mnist:index:TrainingJob", "properties": properties}},
+                "outputs": {"jobOutcome": "${job.jobOutcome}", "seedOutcome": "${job.seedOutcome}"},
+            }
+        )
+    )
+    env = {**os.environ, "PULUMI_CONFIG_PASSPHRASE": "component-package-test"}
+    env["PATH"] = os.pathsep.join([str(binary("pulumi-language-yaml").parent), env["PATH"]])
+    assert _add_package(program, env).returncode == 0
+    backend = tmp_path / "state"
+    backend.mkdir()
+    env["PULUMI_BACKEND_URL"] = backend.as_uri()
+    assert _run(["pulumi", "stack", "init", "local"], program, env).returncode == 0
+    for key, value in secrets.items():
+        assert _run(["pulumi", "config", "set", "--secret", key, value], program, env).returncode == 0
+    up = _run(["pulumi", "up", "--yes", "--non-interactive", "--skip-preview"], program, env, timeout=900)
+    try:
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        outputs = json.loads(_run(["pulumi", "stack", "output", "--json"], program, env).stdout)
+        assert outputs == {"jobOutcome": "Succeeded", "seedOutcome": "Complete"}
+        assert judge.job_condition(live.get("pytorchjob", "mnist-r1", COMPONENT_NAMESPACE)) == "Succeeded"
+        assert all(value not in up.stdout + up.stderr for value in secrets.values())
+        exported = json.loads(_run(["pulumi", "stack", "export"], program, env).stdout)
+        deployed = sorted(
+            (r["type"], r["urn"].rsplit("::", 1)[1])
+            for r in exported["deployment"]["resources"]
+            if r["type"].startswith("kubernetes:") and r.get("custom")
+        )
+        offline = render(
+            as_stack("offline", {**config, "ddp-mnist:stackRole": "job", **_secret_keys(secrets)})
+        )
+        assert deployed == sorted(
+            (r.type, r.name) for r in offline.registrations if r.custom and r.type.startswith("kubernetes:")
+        )
+    finally:
+        if not KEEP:
+            _run(
+                ["pulumi", "destroy", "--yes", "--non-interactive", "--skip-preview"],
+                program,
+                env,
+                timeout=900,
+            )
+
+
+def _secret_keys(secrets: dict[str, str]) -> dict[str, str]:
+    return {f"ddp-mnist:{key}": value for key, value in secrets.items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from typing import Any
 
 from infra.program.settings import PROJECT
@@ -102,3 +103,25 @@ def pod_templates(rendering: Rendering) -> list[dict[str, Any]]:
     ]
     assert templates, "no training job rendered"
     return templates
+
+
+def as_inputs(values: dict[str, Any]) -> dict[str, Any]:
+    """Config values (`key` or `ddp-mnist:key`, as strings or already typed) as the typed inputs a
+    program passes to a component of the package (infra/component/), per Pulumi.yaml's types."""
+    from infra.program.schema import config_schema
+
+    types = config_schema()
+    typed: dict[str, Any] = {}
+    for full_key, value in values.items():
+        key = full_key.removeprefix(f"{PROJECT}:")
+        kind = types[key]["type"]
+        raw = value if isinstance(value, str) else json.dumps(value)
+        if kind == "integer":
+            typed[key] = int(raw)
+        elif kind == "boolean":
+            typed[key] = raw == "true"
+        elif kind == "array":
+            typed[key] = json.loads(raw)
+        else:
+            typed[key] = value
+    return typed

@@ -19,7 +19,7 @@ from infra.program.schema import config_schema
 from infra.program.settings import PROJECT
 from infra.review.manifest import render, render_component
 from infra.stackconfig import load_stack
-from tests.infra.conftest import stack_config
+from tests.infra.conftest import as_inputs, stack_config
 
 SECRETS = {"minioAccessKey": "AKIAEXAMPLEKEY1", "minioSecretKey": "an-example-secret-key"}
 
@@ -29,25 +29,6 @@ def _dev(**changes: Any) -> dict[str, Any]:
     values = {k.removeprefix(f"{PROJECT}:"): v for k, v in load_stack("dev").values.items()}
     values = {k: v for k, v in values.items() if k not in SECRETS}
     return {**values, "operatorInstall": False, "operatorInitContainerRestricted": True, **changes}
-
-
-def _typed(values: dict[str, Any]) -> dict[str, Any]:
-    """Stack config values (strings) as the typed inputs a program passes, per the schema."""
-    types = config_schema()
-    typed: dict[str, Any] = {}
-    for key, value in values.items():
-        kind = types[key]["type"]
-        raw = value if isinstance(value, str) else json.dumps(value)
-        typed[key] = (
-            int(raw)
-            if kind == "integer"
-            else raw == "true"
-            if kind == "boolean"
-            else json.loads(raw)
-            if kind == "array"
-            else value
-        )
-    return typed
 
 
 @pytest.mark.parametrize(
@@ -66,7 +47,7 @@ def _typed(values: dict[str, Any]) -> dict[str, Any]:
 def test_a_component_registers_its_stack_roles_objects_and_outputs_each_under_it(kind, role, values):
     secrets = SECRETS if role == "job" else {}
     stack = render(stack_config({**values, "stackRole": role}, secrets))
-    component = render_component(kind, {**_typed(values), **secrets}, name="test")
+    component = render_component(kind, {**as_inputs(values), **secrets}, name="test")
     assert component.objects == stack.objects
     assert component.outputs == stack.outputs
     at_stack_level = [(r.type, r.name) for r in component.registrations if not r.options.parent]
@@ -75,12 +56,13 @@ def test_a_component_registers_its_stack_roles_objects_and_outputs_each_under_it
 
 
 def test_integers_may_come_as_floats_as_the_provider_protocol_carries_them():
-    as_float = render_component("TrainingJob", {**_typed(_dev()), "jobNodes": 4.0, **SECRETS})
+    as_float = render_component("TrainingJob", {**as_inputs(_dev()), "jobNodes": 4.0, **SECRETS})
     assert (
-        as_float.objects == render_component("TrainingJob", {**_typed(_dev(jobNodes=4)), **SECRETS}).objects
+        as_float.objects
+        == render_component("TrainingJob", {**as_inputs(_dev(jobNodes=4)), **SECRETS}).objects
     )
     with pytest.raises(ConfigError, match=r"^config ddp-mnist:jobNodes=2\.5 is invalid: must be an integer$"):
-        render_component("TrainingJob", {**_typed(_dev()), "jobNodes": 2.5, **SECRETS})
+        render_component("TrainingJob", {**as_inputs(_dev()), "jobNodes": 2.5, **SECRETS})
 
 
 @pytest.mark.parametrize(
@@ -99,7 +81,7 @@ def test_a_bad_input_fails_with_the_stack_configs_own_line(kind, changes):
     secrets = SECRETS if kind == "TrainingJob" else {}
     with pytest.raises(ConfigError) as from_stack:
         render(stack_config({**values, "stackRole": role}, secrets))
-    inputs = {**(_typed({k: v for k, v in values.items() if k != "jobNodez"})), **secrets}
+    inputs = {**(as_inputs({k: v for k, v in values.items() if k != "jobNodez"})), **secrets}
     inputs.update({k: v for k, v in changes.items() if k == "jobNodez"})
     with pytest.raises(pulumi.InputPropertyError) as from_provider:
         _construct(kind, inputs)
@@ -123,7 +105,7 @@ def test_a_bad_input_fails_with_the_stack_configs_own_line(kind, changes):
 )
 def test_an_input_no_stack_key_could_hold_is_refused_with_one_line(inputs, line):
     with pytest.raises(pulumi.InputPropertyError) as refused:
-        _construct("TrainingJob", {**_typed(_dev()), **SECRETS, **inputs})
+        _construct("TrainingJob", {**as_inputs(_dev()), **SECRETS, **inputs})
     assert refused.value.reason.startswith(line)
     assert refused.value.property_path == next(iter(inputs))
 
@@ -163,6 +145,6 @@ def test_a_bad_value_the_line_hides_is_reported_without_naming_its_property():
         render(stack_config({**_dev(minioEndpoint=endpoint), "stackRole": "job"}, SECRETS))
     assert "a-password" not in str(from_stack.value)
     with pytest.raises(pulumi.InputPropertiesError) as from_provider:
-        _construct("TrainingJob", {**_typed(_dev()), "minioEndpoint": endpoint, **SECRETS})
+        _construct("TrainingJob", {**as_inputs(_dev()), "minioEndpoint": endpoint, **SECRETS})
     assert from_provider.value.message == str(from_stack.value)
     assert not from_provider.value.errors

@@ -1,4 +1,5 @@
-// The Pulumi CLI (the engine). pkg/v3 replaces sdk/v3 and atotto/clipboard in its own go.mod; mirrored here.
+// The Pulumi CLI (the engine) and the local language hosts for Python and Go (language-python, language-go).
+// pkg/v3 replaces sdk/v3 and atotto/clipboard in its own go.mod; mirrored here.
 module ddp-mnist.local/parts/pulumi
 
 go 1.26.6
@@ -9,7 +10,10 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/pulumi/pulumi/sdk/v3 v3.274.1
+require (
+	github.com/pulumi/pulumi/sdk/v3 v3.274.1
+	golang.org/x/mod v0.42.0
+)
 
 require (
 	cel.dev/expr v0.25.3 // indirect
@@ -152,6 +156,7 @@ require (
 	github.com/hashicorp/hcl/v2 v2.24.0 // indirect
 	github.com/hashicorp/vault/api v1.22.0 // indirect
 	github.com/hexops/gotextdiff v1.0.3 // indirect
+	github.com/iancoleman/strcase v0.3.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jedib0t/go-pretty/v6 v6.7.10 // indirect
 	github.com/jonboulle/clockwork v0.4.0 // indirect
@@ -266,7 +271,6 @@ require (
 	gocloud.dev v0.46.1-0.20260810195832-b5401c07b5f1 // indirect
 	gocloud.dev/secrets/hashivault v0.46.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
