@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainer.__main__ import exit_process
 from trainer.errors import (
@@ -165,7 +165,8 @@ def failed_rank(error: ChildFailedError, fatal: Path) -> tuple[int, int]:
 
     :func:`root_failure` among the failures torchrun reports, unless that rank only reacted to another
     (:data:`trainer.errors.REACTION_EXIT_CODES`, or stopped by SIGTERM) and a rank recorded a fault of
-    its own in ``fatal`` (:func:`trainer.errors.recorded_cause`). With forked ranks, torchrun reports
+    its own in ``fatal`` (:func:`trainer.errors.recorded_cause`) or, forked, was killed by a signal
+    torchrun did not send (:func:`signalled_rank`). With forked ranks, torchrun reports
     one failure, the first rank its poll finds ended (torch 2.13 `torch/multiprocessing/spawn.py`
     ProcessContext.join), and a rank that fails takes its peers down within milliseconds (200), well
     inside torchrun's 0.1 s poll: the lowest rank would be named, whichever failed first.
@@ -173,8 +174,39 @@ def failed_rank(error: ChildFailedError, fatal: Path) -> tuple[int, int]:
     rank, failure = root_failure(error)
     code = failure_exit_code(failure.exitcode)
     if code in REACTION_EXIT_CODES:
-        return recorded_cause(fatal) or (rank, code)
+        return recorded_cause(fatal) or signalled_rank() or (rank, code)
     return rank, code
+
+
+# With forked ranks: each rank's raw exit status (negative: killed by that signal) as the launcher's
+# poll found them when torchrun reported a failure, by global rank.
+FORKED_EXITS: dict[int, int] = {}
+
+
+def signalled_rank() -> tuple[int, int] | None:
+    """(rank, exit code) of the lowest forked rank killed by a signal torchrun did not send (SIGKILL
+    from the OOM killer or a preemption, SIGSEGV, ...: it records nothing), or None. torchrun stops the
+    others with SIGTERM only after the failure it reports."""
+    killed = sorted(rank for rank, status in FORKED_EXITS.items() if status < 0 and status != -signal.SIGTERM)
+    return (killed[0], failure_exit_code(FORKED_EXITS[killed[0]])) if killed else None
+
+
+def _noting_exits(poll: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """torch 2.13's ``MultiprocessContext._poll``, also noting every forked rank's exit status once a
+    failure is reported (``RunProcsResult.failures`` names only the first rank its poll found ended:
+    ``torch/multiprocessing/spawn.py`` ProcessContext.join)."""
+
+    def noted(context: Any) -> Any:
+        processes = context._pc.processes if context._pc is not None else []
+        result = poll(context)
+        if result is not None and result.failures:
+            for local_rank, process in enumerate(processes):
+                if process.exitcode is not None:
+                    FORKED_EXITS[int(context.envs[local_rank]["RANK"])] = process.exitcode
+        return result
+
+    noted.notes_exits = True  # type: ignore[attr-defined]
+    return noted
 
 
 def exit_code_note(exit_code: int) -> str:
@@ -357,6 +389,11 @@ def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
         parsed.master_port = 29500
     config, _python, command_args = config_from_args(parsed)  # ["-u", "-m", "trainer", *the rank's args]
     config.start_method = "fork"
+    from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
+
+    FORKED_EXITS.clear()
+    if not getattr(MultiprocessContext._poll, "notes_exits", False):
+        setattr(MultiprocessContext, "_poll", _noting_exits(MultiprocessContext._poll))  # noqa: B010
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_OneLineFailures())
     os.register_at_fork(
         before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child

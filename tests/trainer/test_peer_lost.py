@@ -316,3 +316,25 @@ def test_a_failed_join_is_a_lost_peer_only_when_the_store_or_a_peer_went_away(tm
         "starts from epoch 0"
     )
     assert peers.joining_error(ValueError("world_size must be positive"), 1, 10, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("exits", "expected"),
+    [
+        ({0: EXIT_PEER_LOST, 1: -signal.SIGKILL}, (1, 128 + signal.SIGKILL)),  # killed: records nothing
+        ({0: EXIT_PEER_LOST, 1: -signal.SIGTERM}, (0, EXIT_PEER_LOST)),  # stopped by torchrun after it
+        ({0: EXIT_PEER_LOST, 1: EXIT_PEER_LOST}, (0, EXIT_PEER_LOST)),
+        ({}, (0, EXIT_PEER_LOST)),  # ranks not forked: torchrun's own failures decide
+    ],
+    ids=["sigkill", "sigterm", "both-reacted", "not-forked"],
+)
+def test_forked_ranks_a_rank_killed_by_a_signal_is_the_cause_not_the_peer_torchrun_found_first(
+    exits: dict[int, int], expected: tuple[int, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With forked ranks torchrun reports only the first rank its poll finds ended: rank 0's 200 when
+    rank 1 was SIGKILLed a moment before. The launcher's note of every rank's exit status names rank 1."""
+    from trainer import launch
+
+    monkeypatch.setattr(launch, "FORKED_EXITS", exits)
+    reported = ProcessFailure(local_rank=0, pid=101, exitcode=EXIT_PEER_LOST, error_file="")
+    assert launch.failed_rank(ChildFailedError("trainer", {0: reported}), tmp_path) == expected
