@@ -76,7 +76,7 @@ def package_schema() -> dict[str, Any]:
         "license": "Apache-2.0",
         "resources": resources,
         "language": {
-            "nodejs": {"respectSchemaVersion": True},
+            "nodejs": {"respectSchemaVersion": True, "packageName": PROJECT},
             # The Go SDK `pulumi package add` generates is a local module (go.mod replaces it with its
             # directory): a path of this project's own, not a repository's.
             "go": {"respectSchemaVersion": True, "importBasePath": f"{PROJECT}.local/sdk/go/ddpmnist"},

@@ -162,6 +162,7 @@ PARTS: dict[str, Part] = {
                 "pulumi": "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",
                 "pulumi-language-python": "./language-python",
                 "pulumi-language-go": "./language-go",
+                "pulumi-language-nodejs": "./language-nodejs",
             },
             tags="osusergo,grpcnotrace",
             ldflags=(

@@ -1,18 +1,19 @@
-"""The component package through the real engine, from the YAML and Go programs of its pages
-(docs/how-to/components.md, components-yaml.md, components-go.md):
+"""The component package through the real engine, from the YAML, TypeScript and Go programs of its
+pages (docs/how-to/components.md, components-yaml.md, components-typescript.md, components-go.md):
 
 - `pulumi package add <checkout>/infra/component`, as the page says, starts the provider through the
   Python language host, reads its schema and generates the program's SDK (YAML: a `packages:` entry;
-  Go: a module that go.mod requires and replaces with its directory);
+  TypeScript: an npm package installed from its directory; Go: a module that go.mod requires and
+  replaces with its directory);
 - a preview of the page's program registers the TrainingJob component and, as its descendants, every
   Kubernetes object the offline render of a job stack with the same config has;
 - a bad input fails the preview with the page's line, the stack config's own;
 - on the local cluster, after the session's prerequisites and platform stacks, a YAML program's
   TrainingJob deploys the dev stack's twin: the seed Job completes, the PyTorchJob succeeds.
 
-The real engine, its Python and Go language hosts (the tier's own, upstream's are not on the module
-proxy), the YAML language host (pulumi-yaml) and the Kubernetes provider, all built by the tier; the
-previews have no cluster to read.
+The real engine, its Python, Node.js and Go language hosts (the tier's own, upstream's are not on the
+module proxy), the YAML language host (pulumi-yaml) and the Kubernetes provider, all built by the tier,
+and @pulumi/pulumi from npm; the previews have no cluster to read.
 """
 
 from __future__ import annotations
@@ -62,9 +63,7 @@ def _engine(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "state").mkdir()
     env = {
         **os.environ,
-        "PATH": os.pathsep.join(
-            [str(binary("pulumi").parent), str(binary("pulumi-language-yaml").parent), os.environ["PATH"]]
-        ),
+        "PATH": os.pathsep.join([str(binary("pulumi").parent), os.environ["PATH"]]),
         "PULUMI_HOME": str(home),
         "PULUMI_BACKEND_URL": (tmp_path / "state").as_uri(),
         "PULUMI_CONFIG_PASSPHRASE": "component-package-test",
@@ -128,10 +127,9 @@ def _previews_the_job_stacks_objects(program: Path, env: dict[str, str], inputs:
 
 
 def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
-    env = _engine(tmp_path)
     program = tmp_path / "program"
     program.mkdir()
-    (program / "Pulumi.yaml").write_text(_block("", "yaml", PAGES / "components-yaml.md"))
+    env = _program("yaml", program, _engine(tmp_path))
     added = _add_package(program, env)
     assert added.returncode == 0, added.stderr
     assert yaml.safe_load((program / "Pulumi.yaml").read_text())["packages"] == {
@@ -142,17 +140,47 @@ def test_a_yaml_program_adds_the_package_and_previews_the_job_stacks_objects(tmp
     _previews_the_job_stacks_objects(program, env, inputs)
 
 
+def _program(language: str, program: Path, env: dict[str, str]) -> dict[str, str]:
+    """Writes the language page's program files into `program`; returns the environment to run it with
+    (the tier's language host for it on PATH). TypeScript's dependencies are installed (npm)."""
+    files = {
+        "yaml": (("", "yaml", "Pulumi.yaml"),),
+        "go": (
+            ("### Pulumi.yaml", "yaml", "Pulumi.yaml"),
+            ("### go.mod", "text", "go.mod"),
+            ("### main.go", "go", "main.go"),
+        ),
+        "typescript": tuple(
+            (f"### {name}", kind, name)
+            for name, kind in (
+                ("Pulumi.yaml", "yaml"),
+                ("package.json", "json"),
+                ("tsconfig.json", "json"),
+                ("index.ts", "typescript"),
+            )
+        ),
+    }[language]
+    for section, kind, name in files:
+        (program / name).write_text(_block(section, kind, PAGES / f"components-{language}.md"))
+    host = {
+        "yaml": "pulumi-language-yaml",
+        "go": "pulumi-language-go",
+        "typescript": "pulumi-language-nodejs",
+    }
+    env = {**env, "PATH": os.pathsep.join([str(binary(host[language]).parent), env["PATH"]])}
+    if language == "typescript":
+        installed = _run(["npm", "install", "--no-audit", "--no-fund"], program, env, timeout=600)
+        assert installed.returncode == 0, installed.stderr
+    return env
+
+
 GO_INPUT = re.compile(r"^\s*(\w+):\s+pulumi\.(?:StringRef|IntRef|BoolRef)\((.+)\),$", re.M)
 
 
 def test_a_go_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
-    env = _engine(tmp_path)
-    env["PATH"] = os.pathsep.join([str(binary("pulumi-language-go").parent), env["PATH"]])
-    page = PAGES / "components-go.md"
     program = tmp_path / "program"
     program.mkdir()
-    for name, language in (("Pulumi.yaml", "yaml"), ("go.mod", "text"), ("main.go", "go")):
-        (program / name).write_text(_block(f"### {name}", language, page))
+    env = _program("go", program, _engine(tmp_path))
     added = _add_package(program, env)
     assert added.returncode == 0, added.stderr
     go_mod = (program / "go.mod").read_text()
@@ -166,21 +194,39 @@ def test_a_go_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_p
     _previews_the_job_stacks_objects(program, env, inputs)
 
 
-@pytest.mark.parametrize("language", ["yaml", "go"])
-def test_a_bad_input_fails_the_preview_with_the_pages_line_in_each_language(tmp_path, language):
-    env = _engine(tmp_path)
+TS_INPUT = re.compile(r"^ {4}(\w+): (.+),$", re.M)
+
+
+def test_a_typescript_program_adds_the_package_and_previews_the_job_stacks_objects(tmp_path):
     program = tmp_path / "program"
     program.mkdir()
-    if language == "yaml":
-        document = yaml.safe_load(_block("", "yaml", PAGES / "components-yaml.md"))
-        document["resources"]["job"]["properties"]["jobNodes"] = 0
-        (program / "Pulumi.yaml").write_text(yaml.safe_dump(document))
-    else:
-        env["PATH"] = os.pathsep.join([str(binary("pulumi-language-go").parent), env["PATH"]])
-        for name, kind in (("Pulumi.yaml", "yaml"), ("go.mod", "text"), ("main.go", "go")):
-            text = _block(f"### {name}", kind, PAGES / "components-go.md")
-            (program / name).write_text(text.replace("pulumi.IntRef(2)", "pulumi.IntRef(0)"))
-        assert "pulumi.IntRef(0)" in (program / "main.go").read_text()
+    env = _program("typescript", program, _engine(tmp_path))
+    added = _add_package(program, env)
+    assert added.returncode == 0, added.stderr
+    assert (
+        json.loads((program / "package.json").read_text())["dependencies"]["ddp-mnist"]
+        == "file:sdks/ddp-mnist"
+    )
+    assert (program / "node_modules" / "ddp-mnist" / "bin" / "index.js").is_file()  # compiled on install
+    inputs = {key: json.loads(value) for key, value in TS_INPUT.findall((program / "index.ts").read_text())}
+    assert inputs["jobNodes"] == 2 and inputs["operatorInstall"] is False
+    _previews_the_job_stacks_objects(program, env, inputs)
+
+
+@pytest.mark.parametrize("language", ["yaml", "go", "typescript"])
+def test_a_bad_input_fails_the_preview_with_the_pages_line_in_each_language(tmp_path, language):
+    program = tmp_path / "program"
+    program.mkdir()
+    env = _program(language, program, _engine(tmp_path))
+    # jobNodes 0 in each program: the one input line each language writes its own way.
+    name, before, after = {
+        "yaml": ("Pulumi.yaml", "jobNodes: 2", "jobNodes: 0"),
+        "go": ("main.go", "pulumi.IntRef(2)", "pulumi.IntRef(0)"),
+        "typescript": ("index.ts", "jobNodes: 2,", "jobNodes: 0,"),
+    }[language]
+    text = (program / name).read_text()
+    assert text.count(before) == 1
+    (program / name).write_text(text.replace(before, after))
     assert _add_package(program, env).returncode == 0
     assert _run(["pulumi", "stack", "init", "test"], program, env).returncode == 0
     preview = _run(["pulumi", "preview", "--non-interactive"], program, env, timeout=600)

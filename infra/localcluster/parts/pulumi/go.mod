@@ -1,4 +1,4 @@
-// The Pulumi CLI (the engine) and the local language hosts for Python and Go (language-python, language-go).
+// The Pulumi CLI (the engine) and the local language hosts for Python, Go and Node.js (language-*, langhost).
 // pkg/v3 replaces sdk/v3 and atotto/clipboard in its own go.mod; mirrored here.
 module ddp-mnist.local/parts/pulumi
 
