@@ -155,7 +155,9 @@ is registered, with one line naming the key, the value and what is allowed; rule
 Columns: **Type** as in a stack file (a list is a YAML list); **Default** when the key is unset;
 **Allowed** the values a choice takes; **Range** the numeric bounds; **Format** the value rule of the
 key's own validator; **Secret** whether the key must be set with `--secret`; **Read by** the stack roles
-(`stackRole`) whose shipped stacks read the key.
+(`stackRole`) whose shipped stacks read the key; **Component input** whether the key is also an input,
+of the same name, of the components `TrainingPlatform` and `TrainingJob`
+([components](../how-to/components.md)).
 
 **How "Read by" is derived.** Each shipped stack in `stacks/` is run under Pulumi's mock runtime, as the
 offline render runs it, with its validated settings replaced by an object that records every field the
@@ -172,7 +174,18 @@ def page() -> str:
     reading = read_by(shipped_runs())
     formats = validator_formats()
     parts = [header("infra/program/settings/ and the shipped stacks in stacks/"), INTRO]
-    head = ("Key", "Type", "Default", "Allowed", "Range", "Format", "Secret", "Read by", "Description")
+    head = (
+        "Key",
+        "Type",
+        "Default",
+        "Allowed",
+        "Range",
+        "Format",
+        "Secret",
+        "Read by",
+        "Component input",
+        "Description",
+    )
     for group, names in groups().items():
         title = group_title(group)
         intro = (inspect.getdoc(group) or "").split("\n\n")[0].replace("\n", " ")
@@ -190,12 +203,24 @@ def page() -> str:
                     formats.get(name, ""),
                     "no",
                     _roles(key, reading),
+                    _component_input(key),
                     field.description or "",
                 )
             )
         parts.append(f"## {title}\n\n{intro}\n\n{table(head, rows)}")
     rows = [
-        (code(key), "string", "empty", "", "", "", "yes", _roles(key, reading), description)
+        (
+            code(key),
+            "string",
+            "empty",
+            "",
+            "",
+            "",
+            "yes",
+            _roles(key, reading),
+            _component_input(key),
+            description,
+        )
         for key, description in SECRET_KEYS.items()
     ]
     parts.append(
@@ -204,6 +229,14 @@ def page() -> str:
         + table(head, rows)
     )
     return "\n".join(parts)
+
+
+def _component_input(key: str) -> str:
+    from infra.component.inputs import input_keys
+
+    if key == "stackRole":
+        return "no: the component's own role"
+    return "[yes](../how-to/components.md#inputs-outputs-errors)" if key in input_keys() else "no"
 
 
 def anchors() -> list[str]:
