@@ -8,7 +8,7 @@ pages (docs/how-to/components.md, components-yaml.md, components-typescript.md, 
 - a preview of the page's program registers the TrainingJob component and, as its descendants, every
   Kubernetes object the offline render of a job stack with the same config has;
 - a bad input fails the preview with the page's line, the stack config's own;
-- on the local cluster, after the session's prerequisites and platform stacks, a YAML program's
+- on the local cluster, after the session's prerequisites and platform stacks, each language's
   TrainingJob deploys the dev stack's twin: the seed Job completes, the PyTorchJob succeeds.
 
 The real engine, its Python, Node.js and Go language hosts (the tier's own, upstream's are not on the
@@ -236,40 +236,76 @@ def test_a_bad_input_fails_the_preview_with_the_pages_line_in_each_language(tmp_
     assert line.group(1) in preview.stdout + preview.stderr
 
 
-# The deployed program's own namespace and StorageClass: the session's job stacks hold theirs.
-COMPONENT_NAMESPACE = "ddp-mnist-component"
+def _deploy_program(language: str, program: Path, inputs: dict[str, Any], secrets: list[str]) -> None:
+    """The page's program of `language` with `inputs` as the TrainingJob's plain inputs and `secrets` read
+    from the program's secret config; it exports the job's and the seed's outcomes."""
+    if language == "yaml":
+        document = yaml.safe_load((program / "Pulumi.yaml").read_text())
+        document["config"] = {key: {"type": "string", "secret": True} for key in secrets}
+        document["resources"]["job"]["properties"] = {**inputs, **{key: f"${{{key}}}" for key in secrets}}
+        document["outputs"] = {"jobOutcome": "${job.jobOutcome}", "seedOutcome": "${job.seedOutcome}"}
+        (program / "Pulumi.yaml").write_text(yaml.safe_dump(document))
+    elif language == "typescript":
+        read = "".join(f'    {key}: config.requireSecret("{key}"),\n' for key in secrets)
+        (program / "index.ts").write_text(
+            'import * as pulumi from "@pulumi/pulumi";\nimport * as ddpmnist from "ddp-mnist";\n\n'
+            "const config = new pulumi.Config();\n"
+            f'const job = new ddpmnist.TrainingJob("job", {{\n    ...{json.dumps(inputs)},\n{read}}});\n\n'
+            "export const jobOutcome = job.jobOutcome;\nexport const seedOutcome = job.seedOutcome;\n"
+        )
+    else:
+        fields = "".join(
+            f"\t\t\t{key[0].upper() + key[1:]}: {_go_value(value)},\n" for key, value in inputs.items()
+        )
+        fields += "".join(
+            f'\t\t\t{key[0].upper() + key[1:]}: config.RequireSecret(ctx, "{key}").ToStringPtrOutput(),\n'
+            for key in secrets
+        )
+        (program / "main.go").write_text(
+            "package main\n\nimport (\n"
+            '\t"ddp-mnist.local/sdk/go/ddpmnist"\n'
+            '\t"github.com/pulumi/pulumi/sdk/v3/go/pulumi"\n'
+            '\t"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"\n)\n\n'
+            "func main() {\n\tpulumi.Run(func(ctx *pulumi.Context) error {\n"
+            '\t\tjob, err := ddpmnist.NewTrainingJob(ctx, "job", &ddpmnist.TrainingJobArgs{\n'
+            f"{fields}\t\t}})\n"
+            "\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n"
+            '\t\tctx.Export("jobOutcome", job.JobOutcome)\n\t\tctx.Export("seedOutcome", job.SeedOutcome)\n'
+            "\t\treturn nil\n\t})\n}\n"
+        )
 
 
-def test_a_yaml_program_deploys_the_dev_job_on_the_local_cluster(platform: dict, tmp_path: Path) -> None:
-    """The dev stack's twin as a job (tests/e2e/stacks.job_config) from a YAML program's TrainingJob, after
-    the session's prerequisites and platform stacks: the seed Job completes, the PyTorchJob succeeds
-    (its pods run no process under KWOK: the engine's and the controllers' work is what is shown), and the
-    engine's resources are the offline render's of a job stack with the same config."""
+def _go_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"pulumi.BoolRef({str(value).lower()})"
+    if isinstance(value, int):
+        return f"pulumi.IntRef({value})"
+    if isinstance(value, list):
+        return "[]string{" + ", ".join(json.dumps(item) for item in value) + "}"
+    return f"pulumi.StringRef({json.dumps(value)})"
+
+
+@pytest.mark.parametrize("language", ["yaml", "typescript", "go"])
+def test_a_program_deploys_the_dev_job_on_the_local_cluster(
+    platform: dict, tmp_path: Path, language: str
+) -> None:
+    """The dev stack's twin as a job (tests/e2e/stacks.job_config) from each language's TrainingJob, in a
+    namespace and with a StorageClass of its own, after the session's prerequisites and platform stacks:
+    the seed Job completes, the PyTorchJob succeeds (its pods run no process under KWOK: the engine's and
+    the controllers' work is what is shown), and the engine's resources are the offline render's of a
+    job stack with the same config."""
+    namespace = f"ddp-mnist-{language}"
     config = job_config(
-        scenario.IMAGE,
-        *scenario.KEYS,
-        namespace=COMPONENT_NAMESPACE,
-        storageClassName="ddp-mnist-nfs-component",
+        scenario.IMAGE, *scenario.KEYS, namespace=namespace, storageClassName=f"ddp-mnist-nfs-{language}"
     )
     secrets = {key: config.pop(f"ddp-mnist:{key}") for key in ("minioAccessKey", "minioSecretKey")}
     config.pop("ddp-mnist:stackRole")
-    properties = {**as_inputs(config), **{key: f"${{{key}}}" for key in secrets}}
     program = tmp_path / "program"
     program.mkdir()
-    (program / "Pulumi.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "name": "ddp-mnist-yaml",
-                "runtime": "yaml",
-                "config": {key: {"type": "string", "secret": True} for key in secrets},
-                "resources": {"job": {"type": "ddp-mnist:index:TrainingJob", "properties": properties}},
-                "outputs": {"jobOutcome": "${job.jobOutcome}", "seedOutcome": "${job.seedOutcome}"},
-            }
-        )
-    )
-    env = {**os.environ, "PULUMI_CONFIG_PASSPHRASE": "component-package-test"}
-    env["PATH"] = os.pathsep.join([str(binary("pulumi-language-yaml").parent), env["PATH"]])
-    assert _add_package(program, env).returncode == 0
+    env = _program(language, program, {**os.environ, "PULUMI_CONFIG_PASSPHRASE": "component-package-test"})
+    _deploy_program(language, program, as_inputs(config), list(secrets))
+    added = _add_package(program, env)
+    assert added.returncode == 0, added.stderr
     backend = tmp_path / "state"
     backend.mkdir()
     env["PULUMI_BACKEND_URL"] = backend.as_uri()
@@ -281,7 +317,7 @@ def test_a_yaml_program_deploys_the_dev_job_on_the_local_cluster(platform: dict,
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         outputs = json.loads(_run(["pulumi", "stack", "output", "--json"], program, env).stdout)
         assert outputs == {"jobOutcome": "Succeeded", "seedOutcome": "Complete"}
-        assert judge.job_condition(live.get("pytorchjob", "mnist-r1", COMPONENT_NAMESPACE)) == "Succeeded"
+        assert judge.job_condition(live.get("pytorchjob", "mnist-r1", namespace)) == "Succeeded"
         assert all(value not in up.stdout + up.stderr for value in secrets.values())
         exported = json.loads(_run(["pulumi", "stack", "export"], program, env).stdout)
         deployed = sorted(
