@@ -6,6 +6,7 @@ test_workflows.py.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -216,3 +217,15 @@ def test_a_pre_release_tag_makes_a_pre_release(tmp_path):
     args, notes = _release(tmp_path, "0.3.0-rc.1")
     assert args[-1] == "--prerelease"
     assert "`ghcr.io/ddp-mnist/trainer:0.3.0-rc.1`" in notes
+
+
+@pytest.mark.parametrize(("schema", "ok"), [("0.2.0", True), ("0.1.0", False), ("0.2.0-rc.1", False)])
+def test_a_tag_whose_version_the_component_package_lacks_stops_before_the_build(tmp_path, schema, ok):
+    step = _step(id="package-version")
+    assert _index(step) < _index(_step(id="build"))
+    (tmp_path / "infra" / "component").mkdir(parents=True)
+    (tmp_path / "infra" / "component" / "schema.json").write_text(json.dumps({"version": schema}))
+    result = _bash(step["run"], {"VERSION": "0.2.0"}, tmp_path)
+    assert (result.returncode == 0) is ok
+    if not ok:
+        assert f"infra/component/schema.json is version {schema}, the tag 0.2.0" in result.stdout
