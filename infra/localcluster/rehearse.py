@@ -117,23 +117,30 @@ def engine_environment(state: State, home: Path) -> dict[str, str]:
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
     }
-    if not (home / "plugins" / f"resource-kubernetes-v{KUBERNETES_PROVIDER_VERSION}").exists():
-        subprocess.run(
-            [
-                "pulumi",
-                "plugin",
-                "install",
-                "resource",
-                "kubernetes",
-                KUBERNETES_PROVIDER_VERSION,
-                "--file",
-                str(binary("pulumi-resource-kubernetes")),
-            ],
-            env={**os.environ, **env},
-            check=True,
-            capture_output=True,
-        )
+    install_kubernetes_plugin(home, {**os.environ, **env})
     return env
+
+
+def install_kubernetes_plugin(home: Path, env: dict[str, str]) -> None:
+    """The Kubernetes provider plugin of the SDK's version, from its build, into the Pulumi home `home`
+    (the CLI of `env`'s PATH installs it), unless it is there."""
+    if (home / "plugins" / f"resource-kubernetes-v{KUBERNETES_PROVIDER_VERSION}").exists():
+        return
+    subprocess.run(
+        [
+            "pulumi",
+            "plugin",
+            "install",
+            "resource",
+            "kubernetes",
+            KUBERNETES_PROVIDER_VERSION,
+            "--file",
+            str(binary("pulumi-resource-kubernetes")),
+        ],
+        env={**env, "PULUMI_HOME": str(home)},
+        check=True,
+        capture_output=True,
+    )
 
 
 def environment(state: State) -> dict[str, str]:

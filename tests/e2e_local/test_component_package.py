@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from infra.localcluster.build import binary
-from infra.localcluster.parts import KUBERNETES_PROVIDER_VERSION
+from infra.localcluster.rehearse import install_kubernetes_plugin
 from infra.program.settings import PROJECT_ROOT
 from infra.review.manifest import render
 from tests.e2e import judge, live
@@ -71,22 +71,7 @@ def _engine(tmp_path: Path) -> dict[str, str]:
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "KUBECONFIG": str(tmp_path / "no-cluster"),
     }
-    plugin = binary("pulumi-resource-kubernetes")
-    subprocess.run(
-        [
-            "pulumi",
-            "plugin",
-            "install",
-            "resource",
-            "kubernetes",
-            KUBERNETES_PROVIDER_VERSION,
-            "--file",
-            str(plugin),
-        ],
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    install_kubernetes_plugin(home, env)
     return env
 
 

@@ -165,6 +165,30 @@ func WriteFiles(dir string, files map[string][]byte, extra map[string][]byte) er
 	return nil
 }
 
+// SDK is a generated SDK a Link request names: its directory, and that directory relative to the
+// program's.
+type SDK struct {
+	Dir, Relative string
+}
+
+// LinkedSDKs are the SDKs of a Link request, each path made absolute from the project's root.
+func LinkedSDKs(req *pulumirpc.LinkRequest) ([]SDK, error) {
+	program := req.GetInfo().GetProgramDirectory()
+	var sdks []SDK
+	for _, dependency := range req.GetPackages() {
+		dir := dependency.GetPath()
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(req.GetInfo().GetRootDirectory(), dir)
+		}
+		relative, err := filepath.Rel(program, dir)
+		if err != nil {
+			return nil, err
+		}
+		sdks = append(sdks, SDK{Dir: dir, Relative: "./" + filepath.ToSlash(relative)})
+	}
+	return sdks, nil
+}
+
 // StreamCommand runs a command in dir with its output streamed to the engine (InstallDependencies).
 func StreamCommand(
 	server pulumirpc.LanguageRuntime_InstallDependenciesServer, terminal bool, dir, name string, args ...string,

@@ -97,29 +97,23 @@ func (h *host) GeneratePackage(
 
 // Link makes the program's go.mod require each generated SDK and replace it with its directory.
 func (h *host) Link(_ context.Context, req *pulumirpc.LinkRequest) (*pulumirpc.LinkResponse, error) {
-	dir := req.GetInfo().GetProgramDirectory()
+	sdks, err := langhost.LinkedSDKs(req)
+	if err != nil {
+		return nil, err
+	}
 	instructions := ""
-	for _, dependency := range req.GetPackages() {
-		sdk := dependency.GetPath()
-		if !filepath.IsAbs(sdk) {
-			sdk = filepath.Join(req.GetInfo().GetRootDirectory(), sdk)
-		}
-		text, err := os.ReadFile(filepath.Join(sdk, "go.mod"))
+	for _, sdk := range sdks {
+		text, err := os.ReadFile(filepath.Join(sdk.Dir, "go.mod"))
 		if err != nil {
-			return nil, fmt.Errorf("the SDK at %s has no go.mod: %w", sdk, err)
+			return nil, fmt.Errorf("the SDK at %s has no go.mod: %w", sdk.Dir, err)
 		}
 		module := modfile.ModulePath(text)
-		relative, err := filepath.Rel(dir, sdk)
-		if err != nil {
-			return nil, err
-		}
-		edit := exec.Command("go", "mod", "edit",
-			"-require="+module+"@"+localVersion, "-replace="+module+"=./"+filepath.ToSlash(relative))
-		edit.Dir = dir
+		edit := exec.Command("go", "mod", "edit", "-require="+module+"@"+localVersion, "-replace="+module+"="+sdk.Relative)
+		edit.Dir = req.GetInfo().GetProgramDirectory()
 		if out, err := edit.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go mod edit in %s: %v: %s", dir, err, out)
+			return nil, fmt.Errorf("go mod edit in %s: %v: %s", edit.Dir, err, out)
 		}
-		instructions += fmt.Sprintf("import the package from %s (go.mod replaces it with ./%s)\n", module, relative)
+		instructions += fmt.Sprintf("import the package from %s (go.mod replaces it with %s)\n", module, sdk.Relative)
 	}
 	return &pulumirpc.LinkResponse{ImportInstructions: instructions}, nil
 }

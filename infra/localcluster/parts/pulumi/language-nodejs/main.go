@@ -117,31 +117,26 @@ func (h *host) GeneratePackage(
 
 // Link installs each generated SDK's directory into the program (`npm install ./sdks/<name>`).
 func (h *host) Link(_ context.Context, req *pulumirpc.LinkRequest) (*pulumirpc.LinkResponse, error) {
-	dir := req.GetInfo().GetProgramDirectory()
+	sdks, err := langhost.LinkedSDKs(req)
+	if err != nil {
+		return nil, err
+	}
 	instructions := ""
-	for _, dependency := range req.GetPackages() {
-		sdk := dependency.GetPath()
-		if !filepath.IsAbs(sdk) {
-			sdk = filepath.Join(req.GetInfo().GetRootDirectory(), sdk)
-		}
+	for _, sdk := range sdks {
 		var manifest struct {
 			Name string `json:"name"`
 		}
-		text, err := os.ReadFile(filepath.Join(sdk, "package.json"))
+		text, err := os.ReadFile(filepath.Join(sdk.Dir, "package.json"))
 		if err == nil {
 			err = json.Unmarshal(text, &manifest)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("the SDK at %s has no readable package.json: %w", sdk, err)
+			return nil, fmt.Errorf("the SDK at %s has no readable package.json: %w", sdk.Dir, err)
 		}
-		relative, err := filepath.Rel(dir, sdk)
-		if err != nil {
-			return nil, err
-		}
-		install := exec.Command("npm", "install", "--no-audit", "--no-fund", "./"+filepath.ToSlash(relative))
-		install.Dir = dir
+		install := exec.Command("npm", "install", "--no-audit", "--no-fund", sdk.Relative)
+		install.Dir = req.GetInfo().GetProgramDirectory()
 		if out, err := install.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("npm install in %s: %v: %s", dir, err, out)
+			return nil, fmt.Errorf("npm install in %s: %v: %s", install.Dir, err, out)
 		}
 		instructions += fmt.Sprintf("import * as pkg from %q;\n", manifest.Name)
 	}
