@@ -60,8 +60,9 @@ def test_sigkill_a_rank_then_restart_resumes_from_last_checkpoint(
     # the connection drop and exited 200 (peer lost) within the same second, which the launcher
     # ranks after the failure it reacted to, or was stopped by torchrun afterwards.
     assert first.returncode == 128 + signal.SIGKILL, output[-3000:]
+    # torchrun's own summary names whichever rank its poll found ended first (with forked ranks, maybe
+    # the peer's 200); the launcher's line names the killed rank either way.
     assert "launch: worker rank 1 failed with exit code 137 (SIGKILL)" in output
-    assert "Signal 9 (SIGKILL) received by PID" in output
     newest = int(list_checkpoints(ckpt)[0].name[len("ckpt-epoch-") : -3])
     assert 1 <= newest < 3, "the kill came after training had finished"
 
