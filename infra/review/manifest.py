@@ -246,14 +246,9 @@ def render_component(kind: str, inputs: dict[str, Any], name: str = "test") -> R
         return pulumi.Output.all(**component.outputs).apply(outputs.update)
 
     program()
-    objects = [
-        _as_object(r)
-        for r in mocks.registrations
-        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs and not is_patch(r)
-    ]
     return Rendering(
         stack=name,
-        objects=sorted(objects, key=_sort_key),
+        objects=created_objects(mocks.registrations),
         outputs=outputs,
         settings=built[0].settings,
         registrations=mocks.registrations,
@@ -276,19 +271,24 @@ def is_patch(registration: Registration) -> bool:
     return registration.type.startswith("kubernetes:") and registration.type.endswith("Patch")
 
 
+def created_objects(registrations: list[Registration]) -> list[dict[str, Any]]:
+    """The Kubernetes objects the registrations create (patches left out), in the rendering's order."""
+    objects = [
+        _as_object(r)
+        for r in registrations
+        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs and not is_patch(r)
+    ]
+    return sorted(objects, key=_sort_key)
+
+
 def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering:
     from infra.program.common.config import settings_from_raw
 
     mocks, outputs = run_program(stack, mocks)
     settings, has_keys = settings_from_raw(stack.values, set(stack.secret_keys))
-    objects = [
-        _as_object(r)
-        for r in mocks.registrations
-        if r.custom and r.type.startswith("kubernetes:") and "kind" in r.inputs and not is_patch(r)
-    ]
     return Rendering(
         stack=stack.name,
-        objects=sorted(objects, key=_sort_key),
+        objects=created_objects(mocks.registrations),
         outputs=outputs,
         settings=with_offline_platform(settings, stack.name, has_keys),
         registrations=mocks.registrations,
