@@ -16,8 +16,8 @@ from typing import Any
 
 from infra.program.common.config import S3Credentials
 from infra.program.settings import Settings
-from infra.review.manifest import run_program
-from infra.stackconfig import StackConfig, load_stack, stack_names
+from infra.review.manifest import Rendering, render
+from infra.stackconfig import StackConfig, load_stack, stack_names, stacks_dir
 
 # The credentials' fields and the secret config keys they hold (infra.program.common.config.load_settings).
 CREDENTIAL_KEYS = {
@@ -70,6 +70,11 @@ def _recording_credentials(credentials: S3Credentials | None, keys: set[str]) ->
 
 def run_stack(stack: StackConfig) -> StackRun:
     """The stack's program under mocks (`infra.review.manifest.run_program`), recording."""
+    return run_and_render(stack)[0]
+
+
+def run_and_render(stack: StackConfig) -> tuple[StackRun, Rendering]:
+    """`run_stack`'s record and the stack's rendering (`infra.review.manifest.render`), from one run."""
     keys: set[str] = set()
     role: list[str] = []
 
@@ -79,10 +84,26 @@ def run_stack(stack: StackConfig) -> StackRun:
         role.append(settings.stack_role)
         return _recording_settings(settings, keys), _recording_credentials(credentials, keys)
 
-    _, outputs = run_program(stack, instrument=recording)
-    return StackRun(stack.name, role[0], frozenset(keys), frozenset(outputs))
+    rendering = render(stack, instrument=recording)
+    return StackRun(stack.name, role[0], frozenset(keys), frozenset(rendering.outputs)), rendering
+
+
+# Each shipped stack's run, by its name and its file's text: configuration.md and stacks.md are written
+# from the same runs, and a process that writes or checks both pages runs each stack once.
+_SHIPPED: dict[tuple[str, bytes], tuple[StackRun, Rendering]] = {}
+
+
+def shipped() -> list[tuple[StackRun, Rendering]]:
+    """Every stack in stacks/, run and rendered (once per process for each version of its file)."""
+    runs = []
+    for name in stack_names():
+        key = (name, (stacks_dir() / f"Pulumi.{name}.yaml").read_bytes())
+        if key not in _SHIPPED:
+            _SHIPPED[key] = run_and_render(load_stack(name))
+        runs.append(_SHIPPED[key])
+    return runs
 
 
 def shipped_runs() -> list[StackRun]:
     """Every stack in stacks/, run."""
-    return [run_stack(load_stack(name)) for name in stack_names()]
+    return [run for run, _ in shipped()]

@@ -15,8 +15,8 @@ from typing import Any
 from infra.program.settings import PROJECT_ROOT
 from infra.reference.markdown import code, table
 from infra.reference.page import header
-from infra.review.manifest import Rendering, render
-from infra.stackconfig import load_stack, stack_names
+from infra.reference.reads import shipped
+from infra.review.manifest import Rendering
 
 INTRO = """\
 # What each stack creates
@@ -114,7 +114,7 @@ def _section(name: str, rendering: Rendering) -> str:
 
 
 def page() -> str:
-    sections = [_section(name, render(load_stack(name))) for name in stack_names()]
+    sections = [_section(run.stack, rendering) for run, rendering in shipped()]
     return (
         header("stacks/ and infra/program/ (each stack's rendering)")
         + "\n"

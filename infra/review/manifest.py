@@ -281,10 +281,13 @@ def created_objects(registrations: list[Registration]) -> list[dict[str, Any]]:
     return sorted(objects, key=_sort_key)
 
 
-def render(stack: StackConfig, mocks: RecordingMocks | None = None) -> Rendering:
+def render(
+    stack: StackConfig, mocks: RecordingMocks | None = None, instrument: Instrument | None = None
+) -> Rendering:
+    """The stack's objects and outputs under mocks (`instrument`: as `run_program` takes it)."""
     from infra.program.common.config import settings_from_raw
 
-    mocks, outputs = run_program(stack, mocks)
+    mocks, outputs = run_program(stack, mocks, instrument=instrument)
     settings, has_keys = settings_from_raw(stack.values, set(stack.secret_keys))
     return Rendering(
         stack=stack.name,
