@@ -85,8 +85,9 @@ test: $(POLICY_VENV)/.installed ## lint and the whole test suite
 	exit $$code
 
 # The edit loop: config, rendering, effective pods, admission, policy, docs and the trainer's unit tests;
-# every test that starts a real process (trainer, torchrun, S3 or model server, a local run) is marked
-# `slow` and left to `make test`.
+# every test that starts a real process (trainer, torchrun, S3 or model server, a local run), or any of
+# the project's own code in a process, is marked `slow` and left to `make test` (tests/processguard.py
+# fails a quick test that starts the project's code).
 test-fast: $(VENV)/.installed ## the quick tests only (no real processes)
 	@start=$$(date +%s); \
 	$(KEEP_BYTECODE) $(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \

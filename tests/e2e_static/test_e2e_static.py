@@ -83,6 +83,7 @@ def _pytest(args: list[str], path: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_without_the_pulumi_cli_the_tier_stops_at_once_with_one_line(tmp_path):
     result = _pytest(["-m", "e2e", "tests/e2e"], str(tmp_path))
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
@@ -128,6 +129,7 @@ def test_without_a_reachable_cluster_the_tier_stops_with_the_context_it_tried(tm
     )
 
 
+@pytest.mark.slow
 def test_the_tier_imports_and_collects_every_scenario(tmp_path):
     path = _fake_tools(tmp_path, "pulumi", "kubectl", "docker", "kind")  # kubectl answers: a cluster
     result = _pytest(["-m", "e2e", "--collect-only", "-q", "tests/e2e"], f"{path}:{os.environ['PATH']}")

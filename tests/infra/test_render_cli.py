@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from infra.program.common import yamlio
 from infra.stackconfig import ROOT
+
+pytestmark = pytest.mark.slow  # every test runs the render CLI in a process of its own
 
 
 def _render(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

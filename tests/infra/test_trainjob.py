@@ -96,6 +96,7 @@ def test_strict_schemas_report_unknown_and_mistyped_fields():
     ]
 
 
+@pytest.mark.slow
 @needs_crds
 def test_render_validate_checks_the_trainjob_stack_and_reports_what_it_checked(tmp_path):
     result = subprocess.run(

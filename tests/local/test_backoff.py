@@ -15,7 +15,7 @@ from infra.local.plan import JobPlan
 from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack, plan_workloads
 from tests.infra.conftest import render_config
-from tests.runcount import COUNT_THIS_RUN
+from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 
@@ -25,7 +25,7 @@ def _failing_pods(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> No
     for pod in job.pods:
         counter = tmp_path / f"{pod.name}.runs"
         script = f"import os, sys; {COUNT_THIS_RUN}; sys.exit({code} if n < {incidents} else 0)"
-        pod.argv = [sys.executable, "-c", script, str(counter)]
+        pod.argv = [sys.executable, *STAND_IN_FLAGS, "-c", script, str(counter)]
         pod.init = []
 
 

@@ -214,6 +214,7 @@ def test_readme_main_command_is_the_local_run():
     assert "-m infra.local --stack $(STACK)" in makefile
 
 
+@pytest.mark.slow
 def test_cli_unknown_stack_exits_2(tmp_path):
     result = subprocess.run(
         [

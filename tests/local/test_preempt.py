@@ -21,7 +21,7 @@ from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
-from tests.runcount import COUNT_THIS_RUN
+from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 KINDS = {
@@ -104,7 +104,8 @@ def _stepping_pods(job: JobPlan, tmp_path: Path, ignore_sigterm: bool = False) -
             "    print(f'trainer: progress step {step:>2}/40', flush=True); time.sleep(0.02)\n"
             "while n == 0 and sys.argv[2] == 'first-runs-forever': time.sleep(0.05)\n"
         )
-        pod.argv = [sys.executable, "-c", script, str(counter), "first-runs-forever" if pod.index else "-"]
+        first = "first-runs-forever" if pod.index else "-"
+        pod.argv = [sys.executable, *STAND_IN_FLAGS, "-c", script, str(counter), first]
         pod.init = []
 
 
@@ -143,8 +144,9 @@ def test_the_same_exit_without_a_disruption_fails_a_job_with_no_retries_left(kin
     job = plan_stack(render_config({**SMALL, "jobNodes": 2, **values, "jobBackoffLimit": 0}), tmp_path, {})
     _stepping_pods(job, tmp_path)
     target = next(p for p in job.pods if p.name == pod)
-    target.argv[2] = (
-        target.argv[2]
+    script = target.argv.index("-c") + 1
+    target.argv[script] = (
+        target.argv[script]
         .replace(
             "time.sleep(0.02)\n", "time.sleep(0.02)\n    if step == 5 and n == 0: os.kill(os.getpid(), 15)\n"
         )
@@ -240,7 +242,8 @@ def test_a_pod_stopped_with_the_job_for_a_preempted_peer_is_replaced_uncounted(k
     assert job.restart.ignored_codes == (201,)
     _stepping_pods(job, tmp_path)
     target = next(p for p in job.pods if p.name == pod)
-    target.argv[2] = target.argv[2].replace(
+    script = target.argv.index("-c") + 1
+    target.argv[script] = target.argv[script].replace(
         "time.sleep(0.02)\n", "time.sleep(0.02)\n    if step == 5 and n == 0: sys.exit(201)\n"
     )
     out = io.StringIO()

@@ -18,7 +18,7 @@ from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
-from tests.runcount import COUNT_THIS_RUN, runs
+from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS, runs
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False, **SMALL}
@@ -99,7 +99,7 @@ def _scripted(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> None:
             "    time.sleep(0.01)\n"
             f"time.sleep(0.3 if {pod.index} else 0); sys.exit({code} if n < {fails} else 0)"
         )
-        pod.argv = [sys.executable, "-c", script, str(counter), *peers]
+        pod.argv = [sys.executable, *STAND_IN_FLAGS, "-c", script, str(counter), *peers]
 
 
 def _run_scripted(values: dict, tmp_path: Path, incidents: int, code: int = 137):

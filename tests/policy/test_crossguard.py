@@ -314,6 +314,7 @@ def test_pack_files():
     assert f'"pulumi=={pins["pulumi"]}"' in pyproject, "the pack and the program pin the same pulumi"
 
 
+@pytest.mark.slow
 def test_the_pack_serves_the_analyzer_protocol():
     """Runs the pack as the CLI does (the directory as a program) and talks to it over gRPC."""
     grpc = pytest.importorskip("grpc")

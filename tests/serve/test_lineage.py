@@ -13,6 +13,8 @@ import pytest
 from tests.serve.conftest import start_server, wait_ready
 from tests.serve.test_serve import copy_run, good, never_ready, s3_client, upload
 
+pytestmark = pytest.mark.slow  # a small training run, then a real model server per test
+
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

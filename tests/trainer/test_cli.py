@@ -66,6 +66,7 @@ def test_bad_flag_is_one_line_and_exit_2(
     assert capsys.readouterr().err == f"trainer: usage: {message} {HELP}\n"
 
 
+@pytest.mark.slow
 def test_bad_flag_through_a_real_process(procs: Any) -> None:
     result = procs.run("trainer", ["--epochs=0"])
     assert result.returncode == 2
@@ -99,6 +100,7 @@ def test_help_documents_every_flag() -> None:
         assert flag in text
 
 
+@pytest.mark.slow
 def test_help_states_each_default_once(procs: Any) -> None:
     result = procs.run("trainer", ["--help"])
     assert result.returncode == 0
@@ -112,6 +114,7 @@ def test_help_states_each_default_once(procs: Any) -> None:
     assert "the test loss is plain cross-entropy (default: 0.1)" in text
 
 
+@pytest.mark.slow
 def test_help_lists_exactly_the_exit_codes_of_trainer_errors(procs: Any) -> None:
     text = " ".join(procs.run("trainer", ["--help"]).stdout.split())
     listed = re.search(r"Exit codes: (.*)\.$", text)
@@ -177,6 +180,7 @@ def test_tensorboard_dir_defaults_beside_the_checkpoints(argv: list[str], expect
     assert parse_config(["--checkpoint-dir=ck", *argv]).tensorboard_dir == expected
 
 
+@pytest.mark.slow
 def test_progress_flags_reject_what_they_cannot_use(procs: Any) -> None:
     for flag, value in (("--log-every", "0"), ("--progress-seconds", "-1")):
         result = procs.run("trainer", [f"{flag}={value}"])

@@ -74,6 +74,7 @@ def test_epoch_stopped_then_resumed_at_that_step_ends_as_if_never_stopped() -> N
     assert all(torch.equal(reference[k], v) for k, v in model.state_dict().items())
 
 
+@pytest.mark.slow
 def test_sigterm_is_recorded_not_fatal_once_installed(procs: Any) -> None:
     code = (
         "import os, signal; from trainer import preempt; preempt.install(); "
