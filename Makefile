@@ -88,7 +88,7 @@ test: $(POLICY_VENV)/.installed ## lint and the whole test suite
 # every test that starts a real process (trainer, torchrun, S3 or model server, a local run), or any of
 # the project's own code in a process, is marked `slow` and left to `make test` (tests/processguard.py
 # fails a quick test that starts the project's code).
-test-fast: $(VENV)/.installed ## the quick tests only (no real processes)
+test-fast: $(VENV)/.installed ## the quick tests only: none starts the trainer, a server or any of the project's code in a process
 	@start=$$(date +%s); \
 	$(KEEP_BYTECODE) $(VENV)/bin/python -m pytest $(XDIST) -m "not slow"; code=$$?; \
 	echo "make test-fast: exit $$code after $$(( $$(date +%s) - start )) s"; \
