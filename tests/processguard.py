@@ -6,6 +6,9 @@ Small stand-ins (a pod that is `python -c "import os, sys; ..."` counting its ru
 (kubectl, openssl, linters) are allowed: they import nothing of the project. `tests/conftest.py` installs
 the check as an audit hook (`subprocess.Popen` is audited, PEP 578); a quick test that breaks the
 contract fails with one line naming the command.
+
+What it does not see: a shell's command line (`sh -c "python -m trainer"` is a shell), and a process a
+background thread starts after its own test has ended (it is charged to the test then running).
 """
 
 from __future__ import annotations
