@@ -152,6 +152,15 @@ CONTRACT_BREAKS = [
 ]
 
 
+def _restarts_but_a_lost_peers(output: str) -> list[str]:
+    """The supervisor's restart lines, but for a pod that exited 200 (its peer lost): when one pod fails
+    first, the other can lose the rendezvous before it meets the fault itself, and a Job controller
+    counts and replaces that pod like any other. The pod with the fault is never retried."""
+    return [
+        line for line in output.splitlines() if "; restarting in" in line and "exited with 200;" not in line
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("breaks", "message"), CONTRACT_BREAKS, ids=["flag-name", "node-rank", "master-port"]
@@ -163,7 +172,7 @@ def test_contract_break_fails_with_a_message_that_points_at_it(breaks, message, 
     assert not ok
     assert "exited with 2 (no retry for this exit code)" in reason
     assert message in reason, reason
-    assert "restarting" not in output
+    assert _restarts_but_a_lost_peers(output) == []
 
 
 @pytest.mark.slow
@@ -174,7 +183,7 @@ def test_bad_input_fails_an_indexed_job_at_once(tmp_path):
     ok, reason, output = _run(job, timeout=120)
     assert not ok
     assert "exited with 3 (no retry for this exit code)" in reason and "trainer: data:" in reason
-    assert "restarting" not in output
+    assert _restarts_but_a_lost_peers(output) == []
 
 
 @pytest.mark.slow
@@ -388,7 +397,7 @@ def test_bad_data_under_exit_code_fails_at_once_with_no_retry(tmp_path):
     ok, reason, output = _run(job, timeout=120)
     assert not ok
     assert "exited with 3 (no retry for this exit code)" in reason and "trainer: data:" in reason
-    assert "restarting" not in output
+    assert _restarts_but_a_lost_peers(output) == []
 
 
 def test_train_limit_reaches_the_training_pods_only_and_says_so(tmp_path, monkeypatch):
