@@ -290,6 +290,47 @@ def forks_ranks(parsed: argparse.Namespace, rank_start: str) -> bool:
     )
 
 
+# torch answers ``torch.cuda.is_available()`` and ``device_count()`` from NVML when this is "1", without
+# initializing CUDA (torch 2.13 `torch/cuda/__init__.py`: ``_nvml_based_avail``, ``device_count``).
+NVML_CHECK_ENV = "PYTORCH_NVML_BASED_CUDA_CHECK"
+
+
+def cuda_untouched_by_fork(torch_cuda: Any = None, load_driver: Callable[[], object] | None = None) -> bool:
+    """Whether ranks forked from this process can still use CUDA.
+
+    torchrun's ``LaunchConfig.__post_init__`` asks ``torch.cuda.is_available()`` in the launcher (torch
+    2.13 `torch/distributed/launcher/api.py`, for its default NUMA binding). By default torch answers
+    with CUDA's own device count (``torch._C._cuda_getDeviceCount``), which initializes CUDA in this
+    process and marks every child forked after it as unable to use CUDA: the rank's
+    ``torch.cuda.set_device`` raises "Cannot re-initialize CUDA in forked subprocess"
+    (``torch/csrc/cuda/Module.cpp``, ``poison_fork``). With :data:`NVML_CHECK_ENV` set, torch asks NVML
+    instead and leaves CUDA alone, but only where NVML can count the devices
+    (``torch.cuda._device_count_nvml() >= 0``); where it cannot, torch falls back to CUDA's count.
+
+    True for torch without CUDA, where NVML answers, and where no CUDA driver can be loaded (a CPU
+    node: CUDA is initialized by nobody). False where a driver loads but NVML does not answer: the
+    ranks must then start as new interpreters (``--rank-start=exec``'s start).
+    """
+    if torch_cuda is None:
+        import torch
+
+        if torch.version.cuda is None:
+            return True
+        torch_cuda = torch.cuda
+    if torch_cuda._device_count_nvml() >= 0:
+        return True
+    try:
+        (load_driver or _load_cuda_driver)()
+    except OSError:
+        return True
+    return False
+
+
+def _load_cuda_driver() -> object:
+    """The CUDA driver's library, loaded without initializing it (no ``cuInit``); OSError if absent."""
+    return ctypes.CDLL("libcuda.so.1")
+
+
 def _before_fork() -> None:
     # Output buffered in this process would be written again by each child.
     sys.stdout.flush()
@@ -363,6 +404,24 @@ def forked_rank(*argv: str) -> None:
     sys.stderr.flush()
 
 
+def fork_config(parsed: argparse.Namespace) -> tuple[Any, list[str]]:
+    """torchrun's launch config for ``parsed`` and the rank's command (``["-u", "-m", "trainer", ...]``),
+    built with torch's NVML device check, so that building it leaves CUDA uninitialized in this
+    process (:func:`cuda_untouched_by_fork`)."""
+    from torch.distributed.run import config_from_args
+
+    before = os.environ.get(NVML_CHECK_ENV)
+    os.environ[NVML_CHECK_ENV] = "1"
+    try:
+        config, _python, command_args = config_from_args(parsed)
+    finally:
+        if before is None:
+            os.environ.pop(NVML_CHECK_ENV, None)
+        else:
+            os.environ[NVML_CHECK_ENV] = before
+    return config, list(command_args)
+
+
 def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
     """torchrun's ``run(parsed)``; with ``fork``, the ranks are :func:`forked_rank` children.
 
@@ -370,7 +429,7 @@ def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
     master port, a c10d rendezvous on a free local port; otherwise the port defaults to 29500.
     """
     from torch.distributed.launcher.api import elastic_launch
-    from torch.distributed.run import config_from_args, parse_min_max_nnodes, run
+    from torch.distributed.run import parse_min_max_nnodes, run
 
     if not fork:
         run(parsed)
@@ -387,7 +446,7 @@ def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
         parsed.rdzv_id = str(uuid.uuid4())
     if parsed.master_port is None:
         parsed.master_port = 29500
-    config, _python, command_args = config_from_args(parsed)  # ["-u", "-m", "trainer", *the rank's args]
+    config, command_args = fork_config(parsed)
     config.start_method = "fork"
     from torch.distributed.elastic.multiprocessing.api import MultiprocessContext
 
@@ -426,7 +485,14 @@ def launch(argv: Sequence[str]) -> int:
     fatal = Path(tempfile.mkdtemp(prefix="launch-fatal-"))
     os.environ[FATAL_DIR_ENV] = str(fatal)  # the workers' environment is a copy of ours
     try:
-        run_torchrun(parsed, forks_ranks(parsed, options.rank_start))
+        fork = forks_ranks(parsed, options.rank_start)
+        if fork and not cuda_untouched_by_fork():
+            report(
+                "ranks start as new interpreters: a CUDA driver is present but NVML cannot count its "
+                "devices, so torchrun would initialize CUDA here and a forked rank could not use it"
+            )
+            fork = False
+        run_torchrun(parsed, fork)
     except SignalException as error:
         code = 128 + int(error.sigval)
         report(f"torchrun stopped by {signal.Signals(error.sigval).name}: exit code {code} (retryable)")

@@ -256,3 +256,67 @@ def test_the_recorded_cause_is_the_first_fault_not_a_reaction(tmp_path: Path) ->
     record(3, 5, 4_000)
     record(2, 3, 3_000)
     assert recorded_cause(tmp_path) == (2, 3)
+
+
+def test_building_the_forked_ranks_config_leaves_cuda_uninitialized(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's LaunchConfig asks torch.cuda.is_available() in the launcher. Answered by CUDA's own
+    count, that initializes CUDA there, and every forked rank's torch.cuda.set_device then raises
+    "Cannot re-initialize CUDA in forked subprocess" (seen on an H200 before this rule:
+    docs/BENCHMARKS.md#gpu). Here NVML stands for a GPU node's (one device) and CUDA's count raises:
+    the config must be built without it, and the launcher's environment is left as it was."""
+    import torch
+    from torch.distributed.run import parse_args
+
+    from trainer.launch import NVML_CHECK_ENV, fork_config
+
+    def cuda_initialized() -> int:
+        raise AssertionError("the launcher asked CUDA for its device count")
+
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 1)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", cuda_initialized, raising=False)
+    monkeypatch.setattr(torch.version, "cuda", torch.version.cuda or "13.0")
+    monkeypatch.delenv(NVML_CHECK_ENV, raising=False)
+    parsed = parse_args(
+        ["--nnodes=1", "--nproc-per-node=1", "--max-restarts=0", "-m", "trainer", "--epochs=1"]
+    )
+    config, command = fork_config(parsed)
+    assert command == ["-u", "-m", "trainer", "--epochs=1"]
+    assert config.nproc_per_node == 1
+    assert NVML_CHECK_ENV not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("nvml_count", "driver", "forks"),
+    [
+        (1, True, True),  # a GPU node: NVML answers, torch never initializes CUDA in the launcher
+        (0, True, True),  # NVML answers that there is no device
+        (-1, False, True),  # a CPU node: no NVML and no CUDA driver, nothing to initialize
+        (-1, True, False),  # a driver but no NVML: torch would initialize CUDA; ranks start by exec
+    ],
+)
+def test_ranks_are_forked_only_where_cuda_stays_uninitialized(
+    nvml_count: int, driver: bool, forks: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from trainer.launch import cuda_untouched_by_fork
+
+    def load_driver() -> object:
+        if not driver:
+            raise OSError("libcuda.so.1: cannot open shared object file")
+        return object()
+
+    cuda = SimpleNamespace(_device_count_nvml=lambda: nvml_count)
+    assert cuda_untouched_by_fork(cuda, load_driver) is forks
+
+
+def test_the_pinned_torch_counts_devices_by_nvml_where_the_launcher_relies_on_it() -> None:
+    """cuda_untouched_by_fork reads torch's private NVML count; an upgrade that drops it fails here."""
+    import inspect
+
+    import torch
+    from torch.distributed.launcher.api import LaunchConfig
+
+    assert callable(torch.cuda._device_count_nvml)
+    assert "_nvml_based_avail()" in inspect.getsource(torch.cuda.is_available)
+    assert "torch.cuda.is_available()" in inspect.getsource(LaunchConfig.__post_init__)
