@@ -179,11 +179,30 @@ def _sort_key(obj: dict[str, Any]) -> tuple[int, str, str]:
 
 def _ensure_event_loop() -> None:
     """The mock runtime registers resources on the main thread's event loop (`asyncio.get_event_loop`),
-    which an earlier `asyncio.run` in the same process leaves unset: a fresh one then."""
+    which an earlier `asyncio.run` in the same process leaves unset: a fresh one then. Its exception
+    handler is :func:`_drop_unretrieved`."""
     try:
-        asyncio.get_event_loop()
+        loop = asyncio.get_event_loop()
     except RuntimeError:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    loop.set_exception_handler(_drop_unretrieved)
+
+
+UNRETRIEVED = ("Future exception was never retrieved", "Task exception was never retrieved")
+
+
+def _drop_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's handler, less its report of a future whose error nobody awaited.
+
+    A program that fails leaves Outputs whose futures hold the same error, freed at some later garbage
+    collection, when asyncio reports each one with its traceback (`asyncio/futures.py`, `__del__`). The
+    error has reached the caller already. Formatting its traceback again is worse than noise on Python
+    3.11: `traceback` calls `ast.parse` for its caret anchors, and a collection that runs inside
+    another `ast.parse` makes that one raise "SystemError: AST constructor recursion depth mismatch"."""
+    if context.get("message") in UNRETRIEVED:
+        return
+    loop.default_exception_handler(context)
 
 
 def run_program(
