@@ -398,7 +398,7 @@ def test_a_failed_program_leaves_no_error_for_a_later_garbage_collection_to_log(
     left = [
         o
         for o in gc.get_objects()
-        if isinstance(o, asyncio.Future) and o.done() and not o.cancelled() and o._log_traceback
+        if type(o) is asyncio.Future and o.done() and not o.cancelled() and o._log_traceback
     ]
     assert left, "the failed program left no future with an unretrieved error: this test shows nothing"
     with caplog.at_level(logging.ERROR, logger="asyncio"):
