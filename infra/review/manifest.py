@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulumi
 import yaml
+from pulumi.runtime import resource as sdk_resource
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import source_pb2
 
 from infra.program.settings import PROJECT, PROJECT_ROOT, Settings
 from infra.review.registration import Options, Registration
@@ -205,6 +208,22 @@ def _drop_unretrieved(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) 
     loop.default_exception_handler(context)
 
 
+@contextlib.contextmanager
+def _no_stack_traces() -> Iterator[None]:
+    """Resources registered meanwhile carry no stack trace and no source position.
+
+    The SDK builds both for every resource from the whole Python stack, a file URI per frame (pulumi
+    3.272.0 `pulumi/runtime/resource.py`, `_get_stack_trace`), for the engine to show where a resource
+    was declared. Under mocks nothing reads them, and the stack is the caller's too (pytest's, in a
+    test): building them took about a quarter of a rendering's time in the tests."""
+    built = sdk_resource._get_stack_trace
+    sdk_resource._get_stack_trace = source_pb2.StackTrace
+    try:
+        yield
+    finally:
+        sdk_resource._get_stack_trace = built
+
+
 def run_program(
     stack: StackConfig,
     mocks: RecordingMocks | None = None,
@@ -218,7 +237,6 @@ def run_program(
     from infra.program.common.config import load_settings
     from infra.program.stack import build
 
-    mocks = _mocked(stack, mocks)
     outputs: dict[str, Any] = {}
 
     @pulumi.runtime.test
@@ -234,7 +252,9 @@ def run_program(
         }
         return pulumi.Output.all(**result).apply(outputs.update)
 
-    program()
+    with _no_stack_traces():
+        mocks = _mocked(stack, mocks)
+        program()
     return mocks, outputs
 
 
@@ -254,7 +274,6 @@ def render_component(kind: str, inputs: dict[str, Any], name: str = "test") -> R
     under mocks, in a stack of its own with no config. Raises what the component raises for bad inputs."""
     from infra.component.resources import COMPONENTS
 
-    mocks = _mocked(StackConfig(name=name, values={}, secret_keys=frozenset()), None)
     outputs: dict[str, Any] = {}
     built: list[Any] = []
 
@@ -264,7 +283,9 @@ def render_component(kind: str, inputs: dict[str, Any], name: str = "test") -> R
         built.append(component)
         return pulumi.Output.all(**component.outputs).apply(outputs.update)
 
-    program()
+    with _no_stack_traces():
+        mocks = _mocked(StackConfig(name=name, values={}, secret_keys=frozenset()), None)
+        program()
     return Rendering(
         stack=name,
         objects=created_objects(mocks.registrations),

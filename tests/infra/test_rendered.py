@@ -485,3 +485,24 @@ def test_a_runs_failed_container_leaves_its_last_lines_in_its_status(kind):
     for template in [*pod_templates(rendering), *seeds]:
         for container in template["spec"]["containers"]:
             assert container["terminationMessagePolicy"] == "FallbackToLogsOnError", container["name"]
+
+
+def test_the_offline_render_builds_no_stack_trace_and_the_sdk_gets_its_own_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK builds a stack trace per resource, a file URI per frame, which nothing reads under
+    mocks (infra.review.manifest._no_stack_traces); after the render the SDK's own is in place again."""
+    from pulumi.runtime import resource as sdk_resource
+
+    built: list[int] = []
+    own = sdk_resource._get_stack_trace
+
+    def counted() -> object:
+        built.append(1)
+        return own()
+
+    monkeypatch.setattr(sdk_resource, "_get_stack_trace", counted)
+    rendering = render_config({})
+    assert len(rendering.registrations) > 10
+    assert built == []
+    assert sdk_resource._get_stack_trace is counted
