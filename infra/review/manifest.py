@@ -215,7 +215,8 @@ def _no_stack_traces() -> Iterator[None]:
     The SDK builds both for every resource from the whole Python stack, a file URI per frame (pulumi
     3.272.0 `pulumi/runtime/resource.py`, `_get_stack_trace`), for the engine to show where a resource
     was declared. Under mocks nothing reads them, and the stack is the caller's too (pytest's, in a
-    test): building them took about a quarter of a rendering's time in the tests."""
+    test): dropping them took the render-heavy test files from 21-24 s to 20 s
+    (docs/BENCHMARKS.md, "the offline render without stack traces")."""
     built = sdk_resource._get_stack_trace
     sdk_resource._get_stack_trace = source_pb2.StackTrace
     try:
