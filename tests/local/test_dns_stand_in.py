@@ -34,7 +34,10 @@ def _worker_init(tmp_path: Path):
     supervisor = Supervisor(job)
     (init,) = job.pods[1].init
     assert init.argv[:2] == ["sh", "-c"] and "getent hosts mnist-r1-master-0;" in init.argv[2]
-    argv = [*init.argv[:2], init.argv[2].replace("$(seq 100)", "$(seq 2)")]  # two tries, not 100
+    assert "$(seq 100)" in init.argv[2] and "sleep 2;" in init.argv[2]
+    # Two tries, not 100, without the 2 s pause between them: the loop's exit status is under test.
+    script = init.argv[2].replace("$(seq 100)", "$(seq 2)").replace("sleep 2;", "sleep 0;")
+    argv = [*init.argv[:2], script]
     return supervisor, argv, supervisor.init_env(init.env)
 
 
