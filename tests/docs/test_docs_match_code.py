@@ -223,14 +223,14 @@ def test_the_readme_names_the_rights_the_platform_gives_a_job_stack_and_no_other
     """The CI page's list names exactly the resources of the rendered deployer Role and reader
     ClusterRole, the writable ones as writable (tests/infra/test_tenancy.py checks those cover what
     every job stack creates)."""
-    from infra.review.manifest import render
+    from tests.infra.conftest import shipped
 
     role = JOB_DEPLOYER.search(section(page("docs/how-to/ci.md"), "Identities per environment"))
     assert role, "docs/how-to/ci.md: no ddp-mnist-job-deployer list"
     writes, _, reads = role.group(1).partition("`get`, `list`, `watch` on")
     granted = [
         o
-        for o in render(load_stack("gke-platform")).objects
+        for o in shipped("gke-platform").objects
         if (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace"))
         in (("Role", "ddp-mnist-job-deployer", "ddp-mnist"), ("ClusterRole", "ddp-mnist-job-reader", None))
     ]
@@ -292,9 +292,9 @@ def test_the_pulumi_cli_version_the_docs_name_is_one_a_workflow_or_the_tier_runs
 
 
 def _created_classes(stack: str) -> set[str]:
-    from infra.review.manifest import render
+    from tests.infra.conftest import shipped
 
-    return {o["metadata"]["name"] for o in render(load_stack(stack)).objects if o["kind"] == "StorageClass"}
+    return {o["metadata"]["name"] for o in shipped(stack).objects if o["kind"] == "StorageClass"}
 
 
 def test_the_stack_clouds_md_says_creates_the_storage_classes_creates_them_and_no_other_does():

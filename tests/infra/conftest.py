@@ -44,6 +44,18 @@ def render_config(values: dict[str, Any], secrets: dict[str, str] | None = None)
     return render(stack_config({**BASE, **values}, secrets))
 
 
+def rendered(values: dict[str, Any]) -> Rendering:
+    """`render_config(values)`, rendered once per test process for the same values: each caller gets
+    a copy of its own to change. Only for tests whose claim is about the objects: a test that patches
+    what the program reads, or counts what a render calls or logs, renders with `render_config`."""
+    return copy.deepcopy(_rendered(json.dumps(values, sort_keys=True)))
+
+
+@functools.cache
+def _rendered(values: str) -> Rendering:
+    return render_config(json.loads(values))
+
+
 def shipped(name: str) -> Rendering:
     """A shipped stack (stacks/Pulumi.NAME.yaml) rendered, once per test process: each caller gets a
     copy of its own to change."""

@@ -8,7 +8,7 @@ import pytest
 
 from infra.program.platform.operator_ingress import policy_name
 from infra.review.render import DEFAULT_CRD_DIR, unchecked_kinds, validation_errors
-from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, render_config, shipped
+from tests.infra.conftest import PLATFORM_STACKS, by_kind, one, rendered, shipped
 
 JOB_TYPES = {"pytorchjob": "kubernetes:kubeflow.org/v1:PyTorchJob", "indexed-job": "kubernetes:batch/v1:Job"}
 
@@ -20,28 +20,28 @@ def _registration(rendering, type_):
 
 @pytest.mark.parametrize("kind", sorted(JOB_TYPES))
 def test_any_change_of_the_job_spec_is_a_delete_before_replace(kind):
-    job = _registration(render_config({"jobKind": kind}), JOB_TYPES[kind])
+    job = _registration(rendered({"jobKind": kind}), JOB_TYPES[kind])
     assert job.replace_on_changes == ("spec",)
     assert job.delete_before_replace is True
 
 
 def test_a_destroy_keeps_the_checkpoint_claim_and_the_namespace_it_lives_in():
-    rendering = render_config({})
+    rendering = rendered({})
     assert _registration(rendering, "kubernetes:core/v1:Namespace").retain_on_delete is True
     claims = {r.name: r for r in rendering.registrations if r.type.endswith("PersistentVolumeClaim")}
     assert claims["storage-checkpoints"].retain_on_delete is True
     assert claims["storage-data"].retain_on_delete is False
-    released = render_config({"checkpointVolumeRetain": False})
+    released = rendered({"checkpointVolumeRetain": False})
     assert _registration(released, "kubernetes:core/v1:Namespace").retain_on_delete is False
 
 
 def test_reattach_adopts_the_retained_namespace_and_claim():
-    rendering = render_config({"namespace": "team-a", "reattachRetained": True})
+    rendering = rendered({"namespace": "team-a", "reattachRetained": True})
     assert _registration(rendering, "kubernetes:core/v1:Namespace").import_id == "team-a"
     claims = {r.name: r for r in rendering.registrations if r.type.endswith("PersistentVolumeClaim")}
     assert claims["storage-checkpoints"].import_id == "team-a/ddp-mnist-checkpoints"
     assert claims["storage-data"].import_id == ""
-    assert _registration(render_config({}), "kubernetes:core/v1:Namespace").import_id == ""
+    assert _registration(rendered({}), "kubernetes:core/v1:Namespace").import_id == ""
 
 
 # What each platform stack installs: the operator v1 overlay, and on GKE Trainer v2's too.
@@ -135,7 +135,7 @@ def test_job_stacks_on_shared_clusters_install_no_cluster_level_object(name):
 
 
 def test_the_operator_crds_outlive_a_destroy():
-    rendering = render_config({})
+    rendering = rendered({})
     (transform,) = rendering.external[0].transforms
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -156,7 +156,7 @@ def test_the_operator_crds_outlive_a_destroy():
 
 
 def test_indexed_job_fails_as_soon_as_one_index_has_failed_for_good():
-    spec = one(render_config({"jobKind": "indexed-job"}), "Job")["spec"]
+    spec = one(rendered({"jobKind": "indexed-job"}), "Job")["spec"]
     assert spec["maxFailedIndexes"] == 0
     assert spec["backoffLimitPerIndex"] == 3
 
@@ -164,7 +164,7 @@ def test_indexed_job_fails_as_soon_as_one_index_has_failed_for_good():
 @pytest.mark.parametrize(("nodes", "incidents", "limit"), [(2, 3, 7), (4, 3, 13), (4, 0, 1), (1, 2, 3)])
 def test_pytorchjob_backoff_limit_counts_incidents(nodes, incidents, limit):
     values = {"jobNodes": nodes, "jobBackoffLimit": incidents, "jobBatchSize": 256}
-    job = one(render_config(values), "PyTorchJob")
+    job = one(rendered(values), "PyTorchJob")
     assert job["spec"]["runPolicy"]["backoffLimit"] == limit
 
 
@@ -173,14 +173,14 @@ LOCAL_QUEUE_CRD = DEFAULT_CRD_DIR / "kueue.x-k8s.io_localqueues.yaml"  # Kueue's
 
 
 def test_the_kueue_local_queue_is_created_before_the_job():
-    rendering = render_config(QUEUED)
+    rendering = rendered(QUEUED)
     queue = one(rendering, "LocalQueue")
     assert queue["apiVersion"] == "kueue.x-k8s.io/v1beta2"
     assert queue["metadata"]["name"] == "team-a" and queue["metadata"]["namespace"] == "ddp-mnist"
     assert queue["spec"] == {"clusterQueue": "gpu-a100"}
     job = _registration(rendering, JOB_TYPES["pytorchjob"])
     assert "queue-local-queue" in job.dependencies
-    assert by_kind(render_config({}), "LocalQueue") == []
+    assert by_kind(rendered({}), "LocalQueue") == []
 
 
 # pulumi-kubernetes (provider/pkg/provider/diff.go, forceNew): a difference in any of these replaces a PVC.
@@ -199,7 +199,7 @@ def _replaced_on_import(live_spec, program_spec, ignore_changes):
 
 
 def test_reattaching_the_retained_claim_is_no_replacement():
-    rendering = render_config({"reattachRetained": True})
+    rendering = rendered({"reattachRetained": True})
     claims = {r.name: r for r in rendering.registrations if r.type.endswith("PersistentVolumeClaim")}
     claim = claims["storage-checkpoints"]
     assert claim.import_id == "ddp-mnist/ddp-mnist-checkpoints"
@@ -214,9 +214,9 @@ def test_reattaching_the_retained_claim_is_no_replacement():
     assert _replaced_on_import(live, ours["spec"], claim.options.ignore_changes) == []
     assert set(claim.options.ignore_changes) == {"spec.volumeName", "spec.volumeMode"}
     # Same options without the switch: turning it off after the import replaces nothing either.
-    assert render_config({}).registrations and all(
+    assert rendered({}).registrations and all(
         r.options.ignore_changes == claim.options.ignore_changes
-        for r in render_config({}).registrations
+        for r in rendered({}).registrations
         if r.type.endswith("PersistentVolumeClaim")
     )
     # The class is ours to set: a kept claim of another class is refused, never silently kept.
@@ -254,7 +254,7 @@ def _deletion_awaited(obj):
 def test_a_job_not_awaited_is_still_deleted_before_its_replacement_is_created(values):
     from tests.infra.conftest import training_job
 
-    job = training_job(render_config({**values, "jobWait": False}))
+    job = training_job(rendered({**values, "jobWait": False}))
     annotations = job["metadata"]["annotations"]
     assert annotations == {"pulumi.com/waitFor": "jsonpath={.metadata.uid}"}  # satisfied once created
     assert _deletion_awaited(job)
@@ -306,13 +306,13 @@ def _crd_transform_result(transform, name):
     ],
 )
 def test_kept_crds_are_adopted_as_the_overlays_own_children(values, install, crd):
-    (directory,) = [r for r in render_config(values).external if r.name == install]
+    (directory,) = [r for r in rendered(values).external if r.name == install]
     (transform,) = directory.transforms
     adopted = _crd_transform_result(transform, crd)
     assert adopted.opts.import_ == crd  # a cluster-scoped object's import ID is its name
     assert adopted.opts.retain_on_delete is True
     off = {k: v for k, v in values.items() if not k.endswith("AdoptCrds")}
-    (directory,) = [r for r in render_config(off).external if r.name == install]
+    (directory,) = [r for r in rendered(off).external if r.name == install]
     created = _crd_transform_result(directory.transforms[0], crd)
     assert created.opts.import_ is None and created.opts.retain_on_delete is True
 
@@ -322,7 +322,7 @@ def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
     """kueueApiVersion picks the version; the object passes that version's CRD schema (strict)."""
     from infra.review.crd import crd_validator
 
-    rendering = render_config({**QUEUED, "kueueApiVersion": version})
+    rendering = rendered({**QUEUED, "kueueApiVersion": version})
     queue = one(rendering, "LocalQueue")
     assert queue["apiVersion"] == f"kueue.x-k8s.io/{version}"
     validator = crd_validator(LOCAL_QUEUE_CRD, version, strict=True)
@@ -332,7 +332,7 @@ def test_the_local_queue_is_valid_at_the_configured_kueue_api_version(version):
 
 
 def test_render_validation_reports_a_local_queue_kueue_would_refuse():
-    rendering = render_config(QUEUED)
+    rendering = rendered(QUEUED)
     queue = one(rendering, "LocalQueue")
     queue["spec"]["clusterQueues"] = ["gpu-a100"]  # not a field of the CRD
     assert validation_errors(rendering, "1.33", None) == [
@@ -355,13 +355,13 @@ def test_the_seed_job_is_queued_like_the_training_job_after_the_local_queue(seed
         "minioExistingSecret": "minio-creds",
         "createNamespace": False,
     }
-    rendering = render_config(values)
+    rendering = rendered(values)
     seed = next(j for j in by_kind(rendering, "Job") if j["metadata"]["name"] == "ddp-mnist-seed")
     assert seed["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     seed_registration = next(
         r for r in rendering.registrations if r.type == "kubernetes:batch/v1:Job" and r.name == "seed-job"
     )
     assert "queue-local-queue" in seed_registration.dependencies
-    unqueued = render_config({k: v for k, v in values.items() if k not in QUEUED})
+    unqueued = rendered({k: v for k, v in values.items() if k not in QUEUED})
     seed = next(j for j in by_kind(unqueued, "Job") if j["metadata"]["name"] == "ddp-mnist-seed")
     assert "kueue.x-k8s.io/queue-name" not in seed["metadata"]["labels"]

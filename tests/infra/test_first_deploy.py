@@ -15,9 +15,17 @@ from infra.program.checks import ConfigError
 from infra.program.common import yamlio
 from infra.program.common.config import settings_from_raw
 from infra.program.settings import PROJECT
-from infra.review.manifest import RecordingMocks, render, run_program
+from infra.review.manifest import RecordingMocks, run_program
 from infra.stackconfig import ROOT, STAND_IN_DIGEST, StackConfig, from_mapping, load_stack
-from tests.infra.conftest import BASE, JOB_STACKS, by_kind, pod_templates, render_config, stack_config
+from tests.infra.conftest import (
+    BASE,
+    JOB_STACKS,
+    by_kind,
+    pod_templates,
+    render_config,
+    shipped,
+    stack_config,
+)
 
 S3_JOB = {"jobDataSource": "s3", "minioEndpoint": "minio.minio.svc:9000", "minioTls": False}
 # Reads MNIST through the seed Job from the bucket, and exports the model to it.
@@ -101,7 +109,7 @@ def test_shipped_stacks_own_their_secret_and_ask_for_the_keys(name):
     with pytest.raises(ConfigError) as raised:
         settings_from_raw(stack.values, set(stack.secret_keys))
     assert str(raised.value).startswith("config ddp-mnist:minioAccessKey=(unset) is invalid: must be set")
-    rendering = render(load_stack(name))  # offline, the keys stand in as set
+    rendering = shipped(name)  # offline, the keys stand in as set
     secrets = sorted(s["metadata"]["name"] for s in by_kind(rendering, "Secret"))
     # A stack whose seed or server only reads asks for the read-only pair too (minioReadKeysRequired).
     readers = stack.values.get(f"{PROJECT}:minioReadKeysRequired") == "true"

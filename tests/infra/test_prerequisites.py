@@ -19,7 +19,7 @@ from infra.program.settings.prerequisites import (
 )
 from infra.review.manifest import REDACTED, RecordingMocks, render, run_program, to_yaml
 from infra.stackconfig import ROOT, load_stack
-from tests.infra.conftest import BASE, stack_config
+from tests.infra.conftest import BASE, shipped, stack_config
 
 CANARY_ID = "AKIACANARY7Q2XW"
 CANARY_KEY = "canary-Secret-Value-9f8e7d"
@@ -131,14 +131,14 @@ def test_the_outputs_are_what_the_dev_stack_names_and_no_secret():
         "minioTls": False,
         "mnistBucket": "s3://mnist/mnist",
     }
-    shipped = render(load_stack("dev-prereqs")).outputs
+    shipped_outputs = shipped("dev-prereqs").outputs
     dev = load_stack("dev").values
     for key in ("nfsServer", "nfsShare", "minioEndpoint"):
-        assert dev[f"{PROJECT}:{key}"] == shipped[key], key
+        assert dev[f"{PROJECT}:{key}"] == shipped_outputs[key], key
     assert dev[f"{PROJECT}:storageProvider"] == "nfs-csi"
     assert dev[f"{PROJECT}:minioTls"] == "false"
     bucket, prefix = dev[f"{PROJECT}:minioBucket"], dev[f"{PROJECT}:minioPrefix"]
-    assert shipped["mnistBucket"] == f"s3://{bucket}/{prefix}"
+    assert shipped_outputs["mnistBucket"] == f"s3://{bucket}/{prefix}"
 
 
 def test_with_storage_none_the_stack_installs_minio_and_its_mnist_alone():

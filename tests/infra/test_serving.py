@@ -28,7 +28,7 @@ from infra.review.manifest import RecordingMocks, run_program, to_yaml
 from infra.review.render import DEFAULT_CRD_DIR, KSERVE_CRD, validation_errors
 from infra.stackconfig import load_stack
 from policy import guardrails as g
-from tests.infra.conftest import BASE, by_kind, one, render_config, stack_config
+from tests.infra.conftest import BASE, by_kind, one, render_config, rendered, stack_config
 
 S3 = {
     "minioEndpoint": "minio.minio.svc:9000",
@@ -58,7 +58,7 @@ def _named(rendering, kind, name) -> dict[str, Any]:
 
 
 def test_nothing_is_served_by_default():
-    rendering = render_config({})
+    rendering = rendered({})
     assert not {"Deployment", "InferenceService", "PodDisruptionBudget"} & {
         o["kind"] for o in rendering.objects
     }
@@ -66,7 +66,7 @@ def test_nothing_is_served_by_default():
 
 
 def test_a_deployment_and_service_serve_the_runs_checkpoint_read_only():
-    rendering = render_config(DEPLOYMENT)
+    rendering = rendered(DEPLOYMENT)
     deployment = _named(rendering, "Deployment", "mnist-serve")
     service = _named(rendering, "Service", "mnist-serve")
     assert deployment["spec"]["replicas"] == 2
@@ -107,7 +107,7 @@ def test_a_deployment_and_service_serve_the_runs_checkpoint_read_only():
 
 @pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
 def test_the_server_pod_is_restricted_without_a_token_under_its_own_account(values):
-    rendering = render_config(values)
+    rendering = rendered(values)
     pod = _server_pod(_server(rendering))
     assert pod["serviceAccountName"] == "mnist-serve"
     assert pod["automountServiceAccountToken"] is False
@@ -129,7 +129,7 @@ def test_the_server_pod_is_restricted_without_a_token_under_its_own_account(valu
 
 
 def test_an_inference_service_runs_our_container_in_standard_mode_without_a_storage_uri():
-    rendering = render_config({**KSERVE, **S3, "jobModelExport": True, "serveModelSource": "s3"})
+    rendering = rendered({**KSERVE, **S3, "jobModelExport": True, "serveModelSource": "s3"})
     isvc = one(rendering, "InferenceService")
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["metadata"]["name"] == "mnist-serve"
@@ -240,7 +240,7 @@ def test_the_server_depends_on_the_job_itself_and_none_of_its_properties_do(valu
 @pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
 def test_a_new_run_id_rolls_the_same_server_to_the_new_model_without_a_gap(values):
     def server(run_id: str):
-        rendering = render_config({**values, "jobRunId": run_id})
+        rendering = rendered({**values, "jobRunId": run_id})
         (reg,) = [
             r for r in rendering.registrations if r.name in ("server-deployment", "server-inference-service")
         ]
@@ -272,7 +272,7 @@ def test_a_new_run_id_rolls_the_same_server_to_the_new_model_without_a_gap(value
 
 
 def test_the_network_policy_lets_in_the_namespace_and_configured_ones_and_out_dns_and_s3():
-    rendering = render_config(
+    rendering = rendered(
         {
             **DEPLOYMENT,
             **S3,
@@ -297,15 +297,15 @@ def test_the_network_policy_lets_in_the_namespace_and_configured_ones_and_out_dn
         "ports": [{"protocol": "TCP", "port": 9000}],
     }
     # From the checkpoint PVC the server needs no S3 at all.
-    pvc = _named(render_config(DEPLOYMENT), "NetworkPolicy", "mnist-serve")["spec"]
+    pvc = _named(rendered(DEPLOYMENT), "NetworkPolicy", "mnist-serve")["spec"]
     assert len(pvc["egress"]) == 1 and pvc["egress"][0]["ports"] == dns["ports"]
 
 
 @pytest.mark.parametrize("values", [DEPLOYMENT, KSERVE])
 def test_a_disruption_budget_keeps_one_server_when_there_are_several(values):
-    budget = one(render_config(values), "PodDisruptionBudget")["spec"]
+    budget = one(rendered(values), "PodDisruptionBudget")["spec"]
     assert budget == {"minAvailable": 1, "selector": {"matchLabels": {SERVE_LABEL: "mnist-serve"}}}
-    assert not by_kind(render_config({**values, "serveReplicas": 1}), "PodDisruptionBudget")
+    assert not by_kind(rendered({**values, "serveReplicas": 1}), "PodDisruptionBudget")
 
 
 @pytest.mark.parametrize(
@@ -324,7 +324,7 @@ def test_a_disruption_budget_keeps_one_server_when_there_are_several(values):
     ],
 )
 def test_outputs_give_the_in_cluster_url_and_a_command_to_paste(values, url, forward):
-    outputs = render_config(values).outputs
+    outputs = rendered(values).outputs
     assert outputs["serveUrl"] == url
     assert outputs["serveExample"] == (
         f"{forward}sleep 2; curl -s http://127.0.0.1:8080/v2/models/mnist/ready; "
@@ -338,7 +338,7 @@ def test_outputs_give_the_in_cluster_url_and_a_command_to_paste(values, url, for
 
 
 def test_kserve_would_inject_a_storage_initializer_that_restricted_refuses():
-    isvc = one(render_config(KSERVE), "InferenceService")
+    isvc = one(rendered(KSERVE), "InferenceService")
     (pod,) = derive([isvc], Controllers()).pods[:1]
     meta = pod.manifest["metadata"]
     assert meta["generateName"] == "mnist-serve-predictor-<hash>-"
@@ -364,7 +364,7 @@ def test_kserve_would_inject_a_storage_initializer_that_restricted_refuses():
 
 
 def test_inference_service_crd_validation_can_fail():
-    isvc = one(render_config(KSERVE), "InferenceService")
+    isvc = one(rendered(KSERVE), "InferenceService")
     validator = crd_validator(DEFAULT_CRD_DIR / KSERVE_CRD, "v1beta1", strict=True)
     assert list(validator.iter_errors(isvc)) == []
     isvc["spec"]["predictor"]["minReplica"] = 2
@@ -398,7 +398,7 @@ def test_the_stack_applies_the_release_manifest_less_exactly_the_components_it_n
     """Every object of the vendored release manifest is applied as upstream wrote it, but the 23 of the
     LLM inference service and the local-model cache (their CRDs stay); each listed one exists upstream,
     so a release that renames one fails here."""
-    rendering = render_config(PLATFORM_KSERVE)
+    rendering = rendered(PLATFORM_KSERVE)
     (manifest,) = rendering.external
     applied = manifest.inputs["file"]
     assert applied == used_manifest(str(VENDORED_KSERVE)) != str(VENDORED_KSERVE)
@@ -420,7 +420,7 @@ def test_the_stack_applies_the_release_manifest_less_exactly_the_components_it_n
 def test_namespace_kserve_enforces_restricted_which_the_controller_manager_meets_as_upstream_writes_it():
     from infra.review.admission import podsecurity
 
-    (namespace,) = [o for o in render_config(PLATFORM_KSERVE).objects if o["kind"] == "Namespace"]
+    (namespace,) = [o for o in rendered(PLATFORM_KSERVE).objects if o["kind"] == "Namespace"]
     assert namespace["metadata"]["name"] == "kserve"
     for mode in ("enforce", "warn", "audit"):
         assert namespace["metadata"]["labels"][f"pod-security.kubernetes.io/{mode}"] == "restricted"
@@ -486,7 +486,7 @@ def test_a_source_that_cannot_be_read_stops_the_program_with_one_line(tmp_path, 
 
 
 def test_the_platform_stack_installs_kserve_with_its_crds_kept_and_standard_mode():
-    rendering = render_config(PLATFORM_KSERVE)
+    rendering = rendered(PLATFORM_KSERVE)
     (manifest,) = rendering.external
     found = [(o["kind"], o["metadata"]["name"]) for o in rendering.objects]
     # ...and the Pod Security label guard every platform stack has by default (podSecurityLabelGuard).
@@ -537,10 +537,10 @@ def test_kserve_is_configured_never_to_copy_the_wait_annotations_onto_server_pod
     listed = json.loads(standard_mode(bare)["data"]["inferenceService"])["serviceAnnotationDisallowedList"]
     assert listed == list(WAIT_ANNOTATIONS)
     # What the program puts on the InferenceService for Pulumi's wait is exactly that list.
-    isvc_annotations = one(render_config(KSERVE), "InferenceService")["metadata"]["annotations"]
+    isvc_annotations = one(rendered(KSERVE), "InferenceService")["metadata"]["annotations"]
     assert {k for k in isvc_annotations if k.startswith("pulumi.com/")} == set(WAIT_ANNOTATIONS)
     # And the modelled predictor pod, as KServe makes it, carries none of them.
-    view = cluster_view(render_config(KSERVE).objects, render_config(KSERVE).settings)
+    view = cluster_view(rendered(KSERVE).objects, rendered(KSERVE).settings)
     (pod,) = [p for p in view.admission.pods if p.owner.startswith("InferenceService/")][:1]
     assert not [k for k in pod.manifest["metadata"].get("annotations", {}) if k.startswith("pulumi.com/")]
 
@@ -561,7 +561,7 @@ def _predictor(reason: str, status: str, message: str = "") -> dict[str, Any]:
 def test_the_kserve_wait_ends_only_when_the_rollout_completed_or_failed():
     """KServe keeps PredictorReady True while the old pods serve; only the Deployment's
     NewReplicaSetAvailable (the rollout done) or ProgressDeadlineExceeded (it failed) end the wait."""
-    isvc = one(render_config(KSERVE), "InferenceService")
+    isvc = one(rendered(KSERVE), "InferenceService")
     wait = isvc["metadata"]["annotations"]["pulumi.com/waitFor"]
     assert wait == (
         "jsonpath={.status.conditions[?(@.type=='PredictorReady' && "
@@ -614,13 +614,13 @@ def test_a_model_version_that_never_serves_fails_pulumi_up_with_one_line():
 
 
 def test_the_deployment_paths_service_waits_as_long_as_the_server():
-    rendering = render_config({**DEPLOYMENT, "serveWaitTimeoutSeconds": 1800})
+    rendering = rendered({**DEPLOYMENT, "serveWaitTimeoutSeconds": 1800})
     (service,) = [o for o in by_kind(rendering, "Service") if o["metadata"]["name"] == "mnist-serve"]
     assert service["metadata"]["annotations"]["pulumi.com/timeoutSeconds"] == "1800"
 
 
 def test_an_all_stack_installs_kserve_before_its_inference_service():
-    rendering = render_config({**KSERVE, "kservePresent": False, "kserveInstall": True})
+    rendering = rendered({**KSERVE, "kservePresent": False, "kserveInstall": True})
     (reg,) = [r for r in rendering.registrations if r.name == "server-inference-service"]
     assert "kserve-manifests" in reg.dependencies
 
@@ -637,7 +637,7 @@ def test_a_stopping_server_drains_within_its_pods_grace_period(values):
     gives requests in flight (trainer/serve/cli.py DRAIN_TIMEOUT_S): the pod's grace covers both."""
     from trainer.serve.cli import DRAIN_TIMEOUT_S
 
-    rendering = render_config({**values, "serveDrainSeconds": 12})
+    rendering = rendered({**values, "serveDrainSeconds": 12})
     view = cluster_view(rendering.objects, rendering.settings)
     (pod, *_) = [p for p in view.admission.pods if p.role == "Replica"]
     (container,) = pod.manifest["spec"]["containers"]
@@ -650,4 +650,4 @@ def test_the_probes_port_must_differ_from_the_service_port():
     with pytest.raises(
         ConfigError, match=r"^config ddp-mnist:serveHealthPort=8080 is invalid: must be a port other"
     ):
-        render_config({**DEPLOYMENT, "serveHealthPort": 8080})
+        rendered({**DEPLOYMENT, "serveHealthPort": 8080})

@@ -14,7 +14,6 @@ from infra.program.checks import ConfigError
 from infra.program.common import platform_facts as platform
 from infra.program.common.platform_facts import PlatformMismatch
 from infra.program.platform.tenancy import DEPLOYER_ROLE, JOB_DEPLOYER_RULES, LABEL_GUARD, READER_ROLE
-from infra.review.manifest import render
 from infra.stackconfig import load_stack, stack_names
 from tests.docs.test_docs_match_code import resource_name
 from tests.infra.conftest import BASE, by_kind, render_config, shipped
@@ -215,7 +214,7 @@ def test_every_shipped_job_stack_deploys_into_a_team_namespace_its_platform_role
         stack = load_stack(name)
         if stack.values.get("ddp-mnist:stackRole") != "job":
             continue
-        job = render(stack)
+        job = shipped(name)
         platform_rendering = shipped(job.settings.platform_stack)
         namespace = job.settings.namespace
         assert namespace in named(platform_rendering, "Namespace"), name
@@ -452,7 +451,7 @@ def test_every_shipped_job_stack_fits_the_team_quota_its_platform_sets():
         stack = load_stack(name)
         if stack.values.get("ddp-mnist:stackRole") != "job":
             continue
-        job = render(stack)
+        job = shipped(name)
         namespace = job.settings.namespace
         platform_rendering = shipped(job.settings.platform_stack)
         quota = named(platform_rendering, "ResourceQuota", namespace)[TEAM_QUOTA]

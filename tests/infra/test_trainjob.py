@@ -17,11 +17,11 @@ from infra.program.common.vendored import MANIFESTS
 from infra.program.job.trainjob import RESERVED_ENV
 from infra.review.cluster import cluster_view
 from infra.review.crd import crd_validator
-from infra.review.manifest import RecordingMocks, render, run_program
+from infra.review.manifest import RecordingMocks, run_program
 from infra.review.podenv import container_env, node_argv
 from infra.review.render import DEFAULT_CRD_DIR, JOBSET_CRD, TRAINER_CRDS, validation_errors
-from infra.stackconfig import ROOT, load_stack
-from tests.infra.conftest import BASE, one, render_config, stack_config, team_policies
+from infra.stackconfig import ROOT
+from tests.infra.conftest import BASE, one, render_config, shipped, stack_config, team_policies
 
 # A stack of kind "all" that runs a TrainJob: Trainer v2 installed here, the v1 operator not.
 TRAINJOB = {"jobKind": "trainjob", "trainerInstall": True, "operatorInstall": False}
@@ -432,7 +432,7 @@ def test_a_platform_stack_may_install_trainer_v2_alone_and_a_job_stack_assumes_i
         "ddp-mnist-kubeflow-trainer-controller-manager-ingress",
     ]
     assert platform.outputs["trainerSource"] == str(MANIFESTS / "kubeflow-trainer")
-    job = render(load_stack("gke-trainjob"))
+    job = shipped("gke-trainjob")
     assert job.external == []
     assert {o["kind"] for o in job.objects} >= {"TrainJob", "TrainingRuntime"}
 

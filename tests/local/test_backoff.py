@@ -14,7 +14,7 @@ import pytest
 from infra.local.plan import JobPlan
 from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack, plan_workloads
-from tests.infra.conftest import render_config
+from tests.infra.conftest import rendered
 from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
@@ -30,7 +30,7 @@ def _failing_pods(job: JobPlan, tmp_path: Path, incidents: int, code: int) -> No
 
 
 def _run(values: dict, tmp_path: Path, incidents: int, code: int = 1):
-    job = plan_stack(render_config({**SMALL, **values}), tmp_path / "root", {})
+    job = plan_stack(rendered({**SMALL, **values}), tmp_path / "root", {})
     _failing_pods(job, tmp_path, incidents, code)
     out = io.StringIO()
     result = Supervisor(job, out, restart_delay=0.05).run(120)
@@ -110,7 +110,7 @@ def test_a_retryable_exit_code_is_retried_by_every_kind(tmp_path, kind, code):
 @pytest.mark.parametrize(("code", "retried"), [(3, False), (127, False), (137, True), (205, True)])
 def test_the_seed_job_follows_the_same_rule(tmp_path, code, retried):
     job = plan_workloads(
-        render_config({**SMALL, "seedSource": "https", "seedBackoffLimit": 2}), tmp_path / "root", {}
+        rendered({**SMALL, "seedSource": "https", "seedBackoffLimit": 2}), tmp_path / "root", {}
     )[0]
     assert job.job_name == "ddp-mnist-seed"
     _failing_pods(job, tmp_path, incidents=1, code=code)

@@ -9,10 +9,10 @@ import sys
 from typing import Any
 
 from infra.program.settings import PROJECT
-from infra.review.manifest import Rendering, render
+from infra.review.manifest import Rendering
 from infra.review.upstream import summarised
-from infra.stackconfig import ROOT, load_stack, stack_names
-from tests.infra.conftest import JOB_STACKS, is_training_job
+from infra.stackconfig import ROOT, stack_names
+from tests.infra.conftest import JOB_STACKS, _shipped, is_training_job
 
 POLICY_DIR = ROOT / "policy"
 if str(POLICY_DIR) not in sys.path:
@@ -22,9 +22,8 @@ STACKS = JOB_STACKS  # the stacks that render a training job
 ALL_STACKS = stack_names()  # and the platform and prerequisites stacks
 
 
-@functools.cache
 def _rendering(stack: str) -> Rendering:
-    return render(load_stack(stack))
+    return _shipped(stack)  # one render per test process, shared with tests/infra's `shipped`
 
 
 def _objects(stack: str) -> tuple[dict[str, Any], ...]:
