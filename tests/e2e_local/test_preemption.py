@@ -55,7 +55,14 @@ def test_25_an_evicted_pod_restarts_the_job_without_counting_a_failure(
             ]
             assert len(finished) == 2 and not run["first_uids"] & set(finished), run["final_pods"]
         else:
+            # The operator deletes the pods it retries: the two left are both new.
+            final_uids = {p["metadata"]["uid"] for p in run["final_pods"]}
+            assert len(final_uids) == 2 and not run["first_uids"] & final_uids, run["final_pods"]
+            # The peer is deleted by no one but the operator, so its 201 is always seen and retried. The
+            # evicted pod's 143 is seen only if the operator reconciles before the pod is gone; else it
+            # finds the index empty and creates the pod again (v1.9.4 pkg/controller.v1/common/pod.go,
+            # ReconcilePods): both paths recreate it, and neither fails the job.
             exits = scenario.exited_with_codes(namespace)
-            assert {143, 201} <= exits, exits  # the operator saw both stage-written ends and retried them
+            assert 201 in exits and exits <= {0, 143, 201}, exits
     finally:
         scenario.destroy(stack, namespace)
