@@ -59,11 +59,13 @@ def _rendered(values: str) -> Rendering:
 def shipped(name: str) -> Rendering:
     """A shipped stack (stacks/Pulumi.NAME.yaml) rendered, once per test process: each caller gets a
     copy of its own to change."""
-    return copy.deepcopy(_shipped(name))
+    return copy.deepcopy(shared_shipped(name))
 
 
 @functools.cache
-def _shipped(name: str) -> Rendering:
+def shared_shipped(name: str) -> Rendering:
+    """The one rendering of a shipped stack in this test process, shared by every caller: for readers
+    that copy what they change (tests/policy's conftest); others call `shipped`."""
     return render(load_stack(name))
 
 

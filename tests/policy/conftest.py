@@ -12,7 +12,7 @@ from infra.program.settings import PROJECT
 from infra.review.manifest import Rendering
 from infra.review.upstream import summarised
 from infra.stackconfig import ROOT, stack_names
-from tests.infra.conftest import JOB_STACKS, _shipped, is_training_job
+from tests.infra.conftest import JOB_STACKS, is_training_job, shared_shipped
 
 POLICY_DIR = ROOT / "policy"
 if str(POLICY_DIR) not in sys.path:
@@ -23,7 +23,7 @@ ALL_STACKS = stack_names()  # and the platform and prerequisites stacks
 
 
 def _rendering(stack: str) -> Rendering:
-    return _shipped(stack)  # one render per test process, shared with tests/infra's `shipped`
+    return shared_shipped(stack)  # one render per test process, shared with tests/infra's `shipped`
 
 
 def _objects(stack: str) -> tuple[dict[str, Any], ...]:
