@@ -21,6 +21,7 @@ from trainer.mnist_files import (
     data_files,
     decode_idx,
     find_file,
+    is_read_ahead,
     resolve_data_dir,
     verify_sums,
 )
@@ -44,6 +45,8 @@ class MnistTensors:
     test_y: torch.Tensor
     # The files as read, each with its sha256 (trainer.mnist_files.data_files): lineage.json's data.
     files: dict[str, Any] = field(default_factory=dict)
+    # Whether all four came from the launcher's read-ahead (trainer.read_ahead), not this process's read.
+    read_ahead: bool = False
 
 
 def read_idx(path: Path) -> torch.Tensor:
@@ -60,6 +63,7 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
 def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistTensors:
     """Both splits from ``root``; ``train_limit`` > 0 keeps only the first N training images."""
     directory = resolve_data_dir(root)
+    ahead = all(is_read_ahead(find_file(directory, name) or directory / name) for name in FILES)
     files = data_files(directory)  # hashed once, here: the bytes this run trains on
     verify_sums(directory, {entry["file"]: entry["sha256"] for entry in files["files"].values()})
     arrays = {name: read_idx(find_file(directory, name) or directory / name) for name in FILES}
@@ -72,4 +76,5 @@ def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistT
         test_x=arrays[TEST_IMAGES].unsqueeze(1).to(device),
         test_y=arrays[TEST_LABELS].to(device=device, dtype=torch.long),
         files=files,
+        read_ahead=ahead,
     )

@@ -20,7 +20,9 @@ What it adds to plain torchrun:
    rank 0 records the restart and retries the model export alone, needing no other rank;
 6. starts the ranks of ``-m trainer`` by forking itself once torch and the trainer are imported
    (``--rank-start=fork``, the default), where torchrun would start a new interpreter per rank that
-   imports them again: see :func:`forked_rank`. ``--rank-start=exec`` keeps torchrun's own start;
+   imports them again: see :func:`forked_rank`. ``--rank-start=exec`` keeps torchrun's own start.
+   While it imports torch, a thread reads the dataset the ranks will read, which forked ranks then
+   find in memory (:mod:`trainer.read_ahead`);
 7. ends a failed run with one line that names the failed rank, its exit code and what that rank said
    (its own one line, left in ``$DDP_MNIST_FATAL_DIR``: :func:`trainer.errors.record_fatal`), where
    torchrun's own report ends with a rule of ``=``. It is the log's last line, which a pod's
@@ -46,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer import read_ahead
 from trainer.__main__ import exit_process
 from trainer.errors import (
     EXIT_CODE_MEANINGS,
@@ -422,8 +425,9 @@ def fork_config(parsed: argparse.Namespace) -> tuple[Any, list[str]]:
     return config, list(command_args)
 
 
-def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
-    """torchrun's ``run(parsed)``; with ``fork``, the ranks are :func:`forked_rank` children.
+def run_torchrun(parsed: argparse.Namespace, fork: bool, ahead: read_ahead.ReadAhead | None = None) -> None:
+    """torchrun's ``run(parsed)``; with ``fork``, the ranks are :func:`forked_rank` children, forked
+    once ``ahead`` (the dataset's read, :mod:`trainer.read_ahead`) has ended.
 
     What torch 2.13's ``torch.distributed.run.run`` does, but the entry point: for one node with no
     master port, a c10d rendezvous on a free local port; otherwise the port defaults to 29500.
@@ -457,6 +461,8 @@ def run_torchrun(parsed: argparse.Namespace, fork: bool) -> None:
     os.register_at_fork(
         before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
     )
+    if ahead is not None:
+        ahead.wait()
     elastic_launch(config=config, entrypoint=forked_rank)(*command_args[3:])
 
 
@@ -468,6 +474,8 @@ def launch(argv: Sequence[str]) -> int:
         raise LaunchError(problem, EXIT_USAGE)
     if not torchrun_args:
         raise LaunchError("no torchrun arguments after '--'", EXIT_USAGE)
+    # Reads the dataset while torch is imported below: ranks forked later find it in memory.
+    ahead = read_ahead.start(torchrun_args) if options.rank_start == "fork" else None
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args
 
@@ -492,7 +500,7 @@ def launch(argv: Sequence[str]) -> int:
                 "devices, so torchrun would initialize CUDA here and a forked rank could not use it"
             )
             fork = False
-        run_torchrun(parsed, fork)
+        run_torchrun(parsed, fork, ahead)
     except SignalException as error:
         code = 128 + int(error.sigval)
         report(f"torchrun stopped by {signal.Signals(error.sigval).name}: exit code {code} (retryable)")

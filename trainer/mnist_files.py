@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,9 @@ _EXPECTED_COUNT = {TRAIN_IMAGES: 60000, TRAIN_LABELS: 60000, TEST_IMAGES: 10000,
 
 
 def sha256_file(path: Path) -> str:
+    ahead = _read_ahead_entry(path)
+    if ahead is not None:
+        return ahead.sha256
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -115,10 +120,23 @@ def verify_sums(directory: Path, known: Mapping[str, str] | None = None) -> None
 
 def decode_idx(path: Path) -> tuple[bytearray, int, list[int]]:
     """One IDX file (gzipped or raw) as ``(bytes, header length, shape)``, its header and size checked:
-    a one-line DataError for anything that is not the MNIST file its name says."""
+    a one-line DataError for anything that is not the MNIST file its name says. A file read ahead
+    (:func:`read_ahead`) and unchanged since is taken from memory, once."""
+    ahead = _read_ahead_entry(path)
+    if ahead is not None:
+        _READ_AHEAD.pop(_key(path), None)
+        return ahead.decoded
+    try:
+        encoded = path.read_bytes()
+    except OSError as error:
+        raise DataError(f"{path}: cannot read ({error}); re-seed it") from error
+    return _decode(path, encoded)
+
+
+def _decode(path: Path, encoded: bytes) -> tuple[bytearray, int, list[int]]:
     try:
         # One mutable buffer that a tensor can then share: no copies of the 47 MB training images.
-        raw = bytearray(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+        raw = bytearray(gzip.decompress(encoded) if path.suffix == ".gz" else encoded)
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         raise DataError(f"{path}: cannot read ({error}); re-seed it") from error
     base = path.name.removesuffix(".gz")
@@ -140,3 +158,70 @@ def _product(dims: list[int]) -> int:
     for dim in dims:
         total *= dim
     return total
+
+
+@dataclass(frozen=True)
+class _ReadAhead:
+    signature: tuple[int, ...]  # the file's identity and last change when it was read (_signature)
+    sha256: str
+    decoded: tuple[bytearray, int, list[int]]
+
+
+# Files read ahead in this process, by absolute path: a launcher reads them before it forks its ranks,
+# which then find them here (trainer.read_ahead).
+_READ_AHEAD: dict[str, _ReadAhead] = {}
+
+
+def _key(path: Path) -> str:
+    return os.path.abspath(path)
+
+
+def _signature(path: Path) -> tuple[int, ...]:
+    """Device, inode, size, and modification and change times in ns: any write, replacement or rename
+    over the file changes one of them (the change time cannot be set back)."""
+    status = path.stat()
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _read_ahead_entry(path: Path) -> _ReadAhead | None:
+    entry = _READ_AHEAD.get(_key(path))
+    if entry is None:
+        return None
+    try:
+        unchanged = _signature(path) == entry.signature
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        _READ_AHEAD.pop(_key(path), None)
+        return None
+    return entry
+
+
+def is_read_ahead(path: Path) -> bool:
+    """Whether ``path`` was read ahead into this process and is unchanged since."""
+    return _read_ahead_entry(path) is not None
+
+
+def read_ahead(root: Path) -> list[str]:
+    """Read, hash and decode the four files under ``root`` (a data root, as ``--data``) into memory, for
+    :func:`sha256_file` and :func:`decode_idx` to take from there while the file is unchanged; returns
+    the paths read. It stops at the first file that cannot be read or decoded, leaving that file and
+    the rest to the caller's own read, which then reports the problem as it would without this."""
+    try:
+        directory = resolve_data_dir(root)
+    except (DataError, OSError):
+        return []
+    done: list[str] = []
+    for name in FILES:
+        path = find_file(directory, name) or directory / name
+        try:
+            before = _signature(path)
+            encoded = path.read_bytes()
+            entry = _ReadAhead(before, hashlib.sha256(encoded).hexdigest(), _decode(path, encoded))
+            if _signature(path) != before:
+                return done
+        except (DataError, OSError):
+            return done
+        _READ_AHEAD[_key(path)] = entry
+        done.append(_key(path))
+    return done

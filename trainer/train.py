@@ -182,6 +182,8 @@ def train(run: Run) -> bool:
     """Resume, train the epochs left, write the results; True if the run had already finished."""
     config, env = run.config, run.env
     log(env, describe(run))
+    if run.data.read_ahead:
+        log(env, "data: read ahead by the launcher before it started the ranks (files unchanged since)")
     start = resume(run)
     finished_before = start.epoch >= config.epochs
     if finished_before:

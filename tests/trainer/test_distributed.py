@@ -91,6 +91,13 @@ def test_one_epoch_on_two_ranks_reaches_accuracy(two_rank_run: tuple[Any, Path])
     )
 
 
+def test_forked_ranks_take_the_dataset_the_launcher_read_ahead(two_rank_run: tuple[Any, Path]) -> None:
+    """The launcher reads MNIST while it imports torch (trainer.read_ahead); rank 0 says it used that."""
+    result, _out = two_rank_run
+    line = "trainer: data: read ahead by the launcher before it started the ranks (files unchanged since)"
+    assert line in result.stdout.splitlines(), result.stdout[:2000]
+
+
 def test_metrics_break_the_run_time_down_by_phase(two_rank_run: tuple[Any, Path]) -> None:
     result, out = two_rank_run
     metrics = json.loads((out / "metrics.json").read_text())

@@ -174,7 +174,7 @@ def test_what_torchrun_raises_keeps_the_retry_rule(
         "store": DistStoreError("Timed out waiting for clients"),
     }
 
-    def run(_: object, fork: bool) -> None:
+    def run(_: object, fork: bool, ahead: object) -> None:
         raise errors[raised]
 
     monkeypatch.setattr("trainer.launch.run_torchrun", run)
@@ -210,7 +210,7 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
     ckpt = tmp_path / "ckpt"
     _finished_run(ckpt, 1, world_size=2, train_limit=512)
     started: list[object] = []
-    monkeypatch.setattr("trainer.launch.run_torchrun", lambda parsed, fork: started.append(parsed))
+    monkeypatch.setattr("trainer.launch.run_torchrun", lambda parsed, fork, ahead: started.append(parsed))
     trainer = ["-m", "trainer", f"--checkpoint-dir={ckpt}", f"--epochs={epochs}", "--train-limit=512"]
     torchrun = ["--nnodes=2", "--nproc-per-node=1", "--master-addr=127.0.0.1", f"--master-port={free_port()}"]
     for rank in (1, 0):
