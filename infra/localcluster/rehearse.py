@@ -108,7 +108,14 @@ def engine_environment(state: State, home: Path) -> dict[str, str]:
     """What the real CLI needs against the cluster of `state`: its kubeconfig, the built CLI first on PATH
     (also this process's, where the Automation API looks it up), a Pulumi home at `home` with the
     Kubernetes provider plugin of the SDK's version installed from its build, no update checks and no
-    plugin downloads."""
+    plugin downloads.
+
+    The engine saves the stack's state once, when an operation ends or fails, not after each resource
+    (PULUMI_SKIP_CHECKPOINTS; pulumi v3.274.1 pkg/backend/snapshot.go `unsafeServiceLoop` saves the
+    snapshot when the operation closes, on failure too). Each step's checkpoint rewrites the whole state,
+    and a platform stack's state holds KServe's and Trainer v2's CRDs: about half an update's or a
+    destroy's time on 2 cores (docs/BENCHMARKS.md). The backend is the cluster's own and goes with it;
+    only an engine killed mid-operation loses the steps since its start, on that throwaway cluster."""
     os.environ["PATH"] = f"{binary('pulumi').parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = {
         "KUBECONFIG": str(state.kubeconfig),
@@ -116,6 +123,7 @@ def engine_environment(state: State, home: Path) -> dict[str, str]:
         "PULUMI_HOME": str(home),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_SKIP_CHECKPOINTS": "true",
     }
     install_kubernetes_plugin(home, {**os.environ, **env})
     return env

@@ -138,8 +138,10 @@ class Reader:
 
     def __init__(self, workspace: Path, home: Path, containerd_socket: Path) -> None:
         self.workspace = workspace
+        # The session's engine settings but one: the reader's engine checkpoints as it does by default.
+        inherited = {key: value for key, value in os.environ.items() if key != "PULUMI_SKIP_CHECKPOINTS"}
         self.env = {
-            **os.environ,
+            **inherited,
             "HOME": str(home),
             "PULUMI_SKIP_CONFIRMATIONS": "true",
             "PULUMI_BACKEND_URL": f"file://{home / 'backend'}",

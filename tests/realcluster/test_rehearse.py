@@ -356,3 +356,18 @@ def test_help_lists_every_exit_code(capsys):
     for code, meaning in rehearse.EXIT_CODE_MEANINGS.items():
         assert f"  {code}  {meaning}" in shown
     assert sorted(rehearse.EXIT_CODE_MEANINGS) == [0, 2, 3, 4, 6, 7, 8]
+
+
+def test_the_rehearsal_engine_saves_its_state_once_per_operation_in_a_backend_of_the_clusters_own(
+    tmp_path, monkeypatch
+):
+    """Checkpoints are skipped only where the state is the throwaway cluster's: the backend under the
+    cluster's directory (rehearse.engine_environment says why, BENCHMARKS what it saves)."""
+    monkeypatch.setattr(rehearse, "binary", lambda name: tmp_path / "bin" / name)
+    monkeypatch.setattr(rehearse, "install_kubernetes_plugin", lambda home, env: None)
+    monkeypatch.setenv("PATH", "/usr/bin")  # engine_environment puts the CLI first on this process's PATH
+    state = State(tmp_path / "cluster")
+    env = rehearse.environment(state)
+    assert env["PULUMI_SKIP_CHECKPOINTS"] == "true"
+    assert env["PULUMI_BACKEND_URL"] == (state.directory / "pulumi" / "state").as_uri()
+    assert env["PATH"].split(":")[0] == str(tmp_path / "bin")
