@@ -13,14 +13,13 @@ from typing import Any
 import torch
 
 from trainer.mnist_files import (
-    FILES,
     TEST_IMAGES,
     TEST_LABELS,
     TRAIN_IMAGES,
     TRAIN_LABELS,
     data_files,
     decode_idx,
-    find_file,
+    file_paths,
     is_read_ahead,
     resolve_data_dir,
     verify_sums,
@@ -63,10 +62,11 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
 def load_mnist(root: Path, device: torch.device, train_limit: int = 0) -> MnistTensors:
     """Both splits from ``root``; ``train_limit`` > 0 keeps only the first N training images."""
     directory = resolve_data_dir(root)
-    ahead = all(is_read_ahead(find_file(directory, name) or directory / name) for name in FILES)
-    files = data_files(directory)  # hashed once, here: the bytes this run trains on
+    paths = file_paths(directory)
+    ahead = all(is_read_ahead(path) for path in paths.values())
+    files = data_files(directory, paths)  # hashed once, here: the bytes this run trains on
     verify_sums(directory, {entry["file"]: entry["sha256"] for entry in files["files"].values()})
-    arrays = {name: read_idx(find_file(directory, name) or directory / name) for name in FILES}
+    arrays = {name: read_idx(path) for name, path in paths.items()}
     train_x, train_y = arrays[TRAIN_IMAGES], arrays[TRAIN_LABELS]
     if train_limit > 0:
         train_x, train_y = train_x[:train_limit], train_y[:train_limit]

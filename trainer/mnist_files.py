@@ -81,6 +81,12 @@ def find_file(directory: Path, name: str) -> Path | None:
     return None
 
 
+def file_paths(directory: Path) -> dict[str, Path]:
+    """Each of the four files' path in ``directory`` as the loader reads it (:func:`find_file`, else the
+    plain name, whose read then reports it missing)."""
+    return {name: find_file(directory, name) or directory / name for name in FILES}
+
+
 def resolve_data_dir(root: Path) -> Path:
     """The directory that holds the four files, or a one-line DataError naming what is missing."""
     for directory in (root / "MNIST" / "raw", root):
@@ -91,15 +97,15 @@ def resolve_data_dir(root: Path) -> Path:
     raise DataError(f"{layout_dir / missing}(.gz) not found; {SEED_HINT}")
 
 
-def data_files(directory: Path) -> dict[str, Any]:
-    """The four files in ``directory`` as the loader reads them, each with its sha256, and whether the
-    SHA256SUMS beside them lists them all: ``{"files": {name: {"file", "sha256"}}, "verified_by":
-    "SHA256SUMS" or None}`` (lineage.json's ``data``, taken when the run loads them)."""
+def data_files(directory: Path, paths: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """The four files in ``directory`` as the loader reads them (``paths``, else :func:`file_paths`), each
+    with its sha256, and whether the SHA256SUMS beside them lists them all: ``{"files": {name: {"file",
+    "sha256"}}, "verified_by": "SHA256SUMS" or None}`` (lineage.json's ``data``, taken when the run loads
+    them)."""
     sums_path = directory / SUMS_FILE
     listed = read_sums(sums_path) if sums_path.is_file() else {}
     files: dict[str, Any] = {}
-    for name in FILES:
-        path = find_file(directory, name) or directory / name
+    for name, path in (paths or file_paths(directory)).items():
         files[name] = {"file": path.name, "sha256": sha256_file(path)}
     verified = bool(listed) and all(entry["file"] in listed for entry in files.values())
     return {"files": files, "verified_by": SUMS_FILE if verified else None}
@@ -212,8 +218,7 @@ def read_ahead(root: Path) -> list[str]:
     except (DataError, OSError):
         return []
     done: list[str] = []
-    for name in FILES:
-        path = find_file(directory, name) or directory / name
+    for path in file_paths(directory).values():
         try:
             before = _signature(path)
             encoded = path.read_bytes()

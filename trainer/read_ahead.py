@@ -18,13 +18,13 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from trainer.cli import build_parser
 from trainer.mnist_files import read_ahead
 
 # How long the launcher waits for the read before it forks the ranks anyway (they then read for
 # themselves what it has not read: nothing is lost but the time).
 WAIT_S = 60.0
 TRAINER_MODULE = "trainer"
-DEFAULT_DATA = "./data/mnist"  # trainer.cli's --data default
 
 
 def data_root(torchrun_args: Sequence[str]) -> Path | None:
@@ -35,7 +35,7 @@ def data_root(torchrun_args: Sequence[str]) -> Path | None:
     if TRAINER_MODULE not in args:
         return None
     trainer_args = args[args.index(TRAINER_MODULE) + 1 :]
-    data = DEFAULT_DATA
+    data: str = build_parser().get_default("data")
     for index, arg in enumerate(trainer_args):
         if arg == "--data" and index + 1 < len(trainer_args):
             data = trainer_args[index + 1]

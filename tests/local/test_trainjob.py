@@ -18,6 +18,7 @@ from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
+from tests.local.test_local_scheduler import REAL_ACCURACY_IMAGES
 from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS, runs
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
@@ -34,6 +35,8 @@ def _plan(rendering: Rendering, root: Path) -> JobPlan:
 def test_two_node_trainjob_trains_to_a_real_accuracy(tmp_path):
     job = _plan(render_config({**TRAINJOB, "jobNodes": 2, "jobEpochs": 1}), tmp_path)
     assert (job.kind, [p.name for p in job.pods]) == ("trainjob", ["mnist-r1-node-0-0", "mnist-r1-node-0-1"])
+    for pod in job.pods:
+        pod.argv.append(f"--train-limit={REAL_ACCURACY_IMAGES}")  # as the other kinds' two-node run
     out = io.StringIO()
     _, result = run_plan(job, 300, out)
     output = out.getvalue()
