@@ -18,7 +18,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import socket
 import sys
+import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +51,14 @@ GZ_FILES = tuple(f"{name}.gz" for name in FILES)
 CONNECT_TIMEOUT_S = 3
 READ_TIMEOUT_S = 60
 MAX_ATTEMPTS = 2
+# A pod's first connections may be refused while the cluster's network policy agent still adds the new
+# pod to the policies that admit it: on the real node (kube-router v2.10.0) a pod's connection to MinIO
+# was refused in its first second and accepted after it. Each retry of the Job is a new pod, and meets
+# the same second. So a process waits, once per endpoint, up to this long for a TCP connection before
+# its first request; an endpoint that stays unreachable is then reported as before.
+ENDPOINT_WAIT_S = 5.0
+ENDPOINT_POLL_S = 0.25
+_WAITED: set[tuple[str, int]] = set()
 _CREDENTIAL_CODES = {
     "InvalidAccessKeyId",
     "SignatureDoesNotMatch",
@@ -83,8 +94,34 @@ def endpoint() -> str:
     return os.environ.get("AWS_ENDPOINT_URL") or "the default AWS endpoint"
 
 
+def wait_for_endpoint(url: str | None, seconds: float = ENDPOINT_WAIT_S) -> float:
+    """Until a TCP connection to ``url``'s host and port succeeds or ``seconds`` pass, once per process
+    and endpoint; returns the seconds waited. Nothing is sent, and nothing fails here: the requests that
+    follow report an endpoint that is still unreachable, with their usual line."""
+    parsed = urllib.parse.urlsplit(url or "")
+    if not parsed.hostname:
+        return 0.0
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:  # a malformed port: botocore refuses the URL with its own line
+        return 0.0
+    if (parsed.hostname, port) in _WAITED:
+        return 0.0
+    _WAITED.add((parsed.hostname, port))
+    start = time.monotonic()
+    while True:
+        try:
+            with socket.create_connection((parsed.hostname, port), timeout=min(1.0, seconds or 1.0)):
+                return time.monotonic() - start
+        except OSError:
+            if time.monotonic() - start >= seconds:
+                return time.monotonic() - start
+            time.sleep(ENDPOINT_POLL_S)
+
+
 def make_client() -> Any:
-    """An S3 client with short connect timeouts and few retries, path-style addressing."""
+    """An S3 client with short connect timeouts and few retries, path-style addressing, once the
+    endpoint accepts connections (:func:`wait_for_endpoint`)."""
     import boto3
     from botocore.config import Config
 
@@ -95,6 +132,7 @@ def make_client() -> Any:
         s3={"addressing_style": "path"},
     )
     endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+    wait_for_endpoint(endpoint)
     try:
         return boto3.client(
             "s3",
