@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from infra.local.ports import free_port
 from trainer import s3
 
 
@@ -18,14 +19,8 @@ def _fresh(monkeypatch):
     monkeypatch.setattr(s3, "_WAITED", set())
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_an_endpoint_that_opens_late_is_waited_for_then_not_again():
-    port = _free_port()
+    port = free_port()
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
@@ -45,8 +40,8 @@ def test_an_endpoint_that_opens_late_is_waited_for_then_not_again():
         listener.close()
 
 
-def test_an_endpoint_that_never_opens_is_given_up_on_after_the_wait(monkeypatch):
-    port = _free_port()
+def test_an_endpoint_that_never_opens_is_given_up_on_after_the_wait():
+    port = free_port()
     started = time.monotonic()
     waited = s3.wait_for_endpoint(f"http://127.0.0.1:{port}", seconds=0.6)
     assert 0.6 <= waited < 2 and time.monotonic() - started < 2
