@@ -11,8 +11,11 @@ from pathlib import Path
 # dependencies): make the repository root importable, as running from the root would.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
+from conversions import share_conversions  # noqa: E402
 from crossguard import PACK_NAME, policies  # noqa: E402
 from pulumi_policy import EnforcementLevel, PolicyPack  # noqa: E402
+
+share_conversions()  # each request's properties converted once for all the policies, not once each
 
 PolicyPack(
     name=PACK_NAME,

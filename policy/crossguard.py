@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import guardrails
+from conversions import LastResult
 from pulumi_policy import (
     EnforcementLevel,
     Policy,
@@ -107,6 +108,12 @@ def plain(value: Any) -> Any:
     return value
 
 
+# The pack's analyzer hands every policy of one request the same properties object
+# (conversions.share_conversions), so the plain copy is made once per request, not once per policy. The
+# rules read the object and never write to it (tests/policy/test_conversions.py holds them to that).
+plain_once = LastResult(plain)
+
+
 def k8s_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any] | None:
     """A Kubernetes resource's properties as the object the API server receives; None for others.
 
@@ -120,7 +127,7 @@ def k8s_object(resource_type: str, props: Mapping[str, Any]) -> dict[str, Any] |
         return None
     if resource_type in MANIFEST_COMPONENTS:
         return None
-    obj: dict[str, Any] = plain(props)
+    obj: dict[str, Any] = plain_once(props)
     api_version = parts[1][len("core/") :] if parts[1].startswith("core/") else parts[1]
     obj.setdefault("apiVersion", api_version)
     obj.setdefault("kind", parts[2])
