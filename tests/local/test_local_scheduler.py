@@ -21,6 +21,7 @@ from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
+from tests.local.seeding import REAL_ACCURACY_IMAGES
 from tests.ranks import rank_of_process
 
 TWO_NODES = {
@@ -64,10 +65,6 @@ def _pod_spec(rendering: Rendering) -> dict:
     if job["kind"] == "Job":
         return job["spec"]["template"]["spec"]
     return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-
-
-# The training images a two-node run needs to prove it trains together: 100 steps of the global batch.
-REAL_ACCURACY_IMAGES = 12800
 
 
 def _run(job: JobPlan, timeout: float = 300) -> tuple[bool, str, str]:

@@ -17,8 +17,7 @@ from infra.local.supervisor import Supervisor
 from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
-from tests.local.seeding import seed_data_volume
-from tests.local.test_local_scheduler import REAL_ACCURACY_IMAGES
+from tests.local.seeding import REAL_ACCURACY_IMAGES, seed_data_volume
 from tests.runcount import COUNT_THIS_RUN, STAND_IN_FLAGS, runs
 
 SMALL = {"jobCpuRequest": "1", "jobMemoryRequest": "1Gi", "jobMemoryLimit": "2Gi", "jobShmSize": "256Mi"}
