@@ -174,16 +174,16 @@ def failure_stage(name: str, namespace: str, labels: dict[str, str], exit_code: 
 
 
 def long_run_stage(
-    name: str, namespace: str, labels: dict[str, str], seconds: int, unless_label: str = ""
+    name: str, namespace: str, labels: dict[str, str], seconds: int, unless_labels: tuple[str, ...] = ()
 ) -> Obj:
     """Running job pods of `namespace` with `labels` exit 0 only after `seconds` (a training that long),
-    so that a scenario can act on them while they run; a pod that carries `unless_label` is left to
-    another stage. KWOK picks among the stages that match a pod at random, by weight
-    (sigs.k8s.io/kwok v0.8.0 `pkg/utils/lifecycle/lifecycle.go`, Match): only a weight of 0 never
-    wins over a positive one, so two scenario stages must not match the same pod."""
-    unless = (
-        [{"key": f'.metadata.labels["{unless_label}"]', "operator": "DoesNotExist"}] if unless_label else []
-    )
+    so that a scenario can act on them while they run; a pod that carries one of `unless_labels` is left
+    to another stage (a scenario's, or `job_pod_complete`'s exit 0 after JOB_POD_DELAY_MS). KWOK picks
+    among the stages that match a pod at random, by weight (sigs.k8s.io/kwok v0.8.0
+    `pkg/utils/lifecycle/lifecycle.go`, Match): only a weight of 0 never wins over a positive one, so
+    two scenario stages must not match the same pod. A label added while the pod waits out `seconds`
+    moves it to the stage that matches it then, as a label change is a pod update KWOK matches again."""
+    unless = [{"key": f'.metadata.labels["{label}"]', "operator": "DoesNotExist"} for label in unless_labels]
     selector = _running_pods_of(["Job", "PyTorchJob"], _of(namespace, labels) + unless)
     return _job_pod_stage(name, selector, 100, seconds * 1000, _terminated(0, "Completed", "Succeeded"))
 

@@ -224,14 +224,19 @@ def evict(pod: str, namespace: str) -> None:
     live.kubectl("create", "--raw", path, "-f", "-", stdin=_json(body))
 
 
-def wait_running(namespace: str, selector: str, count: int, timeout_s: float = 120) -> list[dict]:
-    """The `count` running pods of `namespace` that `selector` selects, by name, once there are."""
+def wait_running(
+    namespace: str, selector: str, count: int, timeout_s: float = 120, besides: frozenset[str] = frozenset()
+) -> list[dict]:
+    """The `count` running pods of `namespace` that `selector` selects, by name, once there are; pods
+    whose uid is in `besides` are not counted."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         pods = [
             p
             for p in live.items("pod", namespace, selector)
-            if p.get("status", {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["uid"] not in besides
         ]
         if len(pods) == count:
             return sorted(pods, key=lambda p: p["metadata"]["name"])
@@ -373,6 +378,7 @@ def _json(body: dict) -> str:
 
 
 PEER_STOPPED = "ddp-mnist.local/stopped-with-peers"
+REPLACEMENT = "ddp-mnist.local/replacement"
 RUN_S = 45  # how long a scenario 25 pod trains: time to evict one and stop its peer, under load
 
 
@@ -381,11 +387,15 @@ def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) 
     a KWOK stage; the first pod by name (rank 0) is evicted through the real API, and KWOK stages this
     test sets write the exits the trainer would have (143 for the evicted pod, 201 for its peer:
     trainer/preempt.py; the local scheduler runs the real trainer's). No process ran: what is real is
-    the API server's eviction and the controllers' reaction to those exits.
+    the API server's eviction and the controllers' reaction to those exits. The two pods that replace
+    them are labelled once running, which hands them to the fleet's stage that ends job pods with exit
+    0 after a moment, as a resumed run would end, instead of waiting out RUN_S again.
     Returns the evicted pod as read right after the eviction, the job's outcome and the uids seen."""
     selector = f"{JOB_LABEL}={job}"
     with stages(
-        fleet.long_run_stage(f"{namespace}-runs", namespace, {JOB_LABEL: job}, RUN_S, PEER_STOPPED),
+        fleet.long_run_stage(
+            f"{namespace}-runs", namespace, {JOB_LABEL: job}, RUN_S, (PEER_STOPPED, REPLACEMENT)
+        ),
         fleet.sigterm_stage(f"{namespace}-sigterm", namespace, 143),
         fleet.failure_stage(f"{namespace}-peer", namespace, {PEER_STOPPED: "true"}, 201),
     ):
@@ -393,14 +403,17 @@ def preempt_rank_0(stack: auto.Stack, namespace: str, job: str, live_kind: str) 
         pods = wait_running(namespace, selector, 2)
         assert len(pods) == 2, f"no two running pods of {job} in {namespace}"
         first, peer = (p["metadata"]["name"] for p in pods)
+        first_uids = frozenset(p["metadata"]["uid"] for p in pods)
         evict(first, namespace)
         evicted = live.get("pod", first, namespace)
         live.kubectl("label", "pod", peer, "-n", namespace, f"{PEER_STOPPED}=true")
+        for pod in wait_running(namespace, selector, 2, besides=first_uids):
+            live.kubectl("label", "pod", pod["metadata"]["name"], "-n", namespace, f"{REPLACEMENT}=true")
         outcome = wait_outcome(live_kind, job, namespace)
     return {
         "evicted": evicted,
         "outcome": outcome,
-        "first_uids": {p["metadata"]["uid"] for p in pods},
+        "first_uids": set(first_uids),
         "final_pods": live.items("pod", namespace, selector),
     }
 

@@ -104,13 +104,14 @@ def test_a_deleted_job_pod_ends_with_the_trainers_sigterm_exit_before_kwok_remov
 
 
 def test_a_long_run_stage_holds_its_pods_running_then_completes_them_but_not_a_marked_one():
-    held = fleet.long_run_stage("h", "ns1", {"ddp-mnist.io/job": "mnist-r1"}, 20, "stopped")
+    held = fleet.long_run_stage("h", "ns1", {"ddp-mnist.io/job": "mnist-r1"}, 20, ("stopped", "finish"))
     assert held["spec"]["delay"] == {"durationMilliseconds": 20000}
     assert held["spec"]["weight"] > fleet.job_pod_complete()["spec"].get("weight", 0)
     assert "phase: Succeeded" in held["spec"]["next"]["statusTemplate"]
     # KWOK picks among matching positive-weight stages at random: a marked pod matches only its own
-    unless = {"key": '.metadata.labels["stopped"]', "operator": "DoesNotExist"}
-    assert unless in held["spec"]["selector"]["matchExpressions"]
+    for label in ("stopped", "finish"):
+        unless = {"key": f'.metadata.labels["{label}"]', "operator": "DoesNotExist"}
+        assert unless in held["spec"]["selector"]["matchExpressions"]
 
 
 def test_the_part_key_follows_the_pin_and_nothing_else(tmp_path, monkeypatch):
