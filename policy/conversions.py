@@ -14,8 +14,9 @@ call with the same argument object, so each request is converted once:
 - the last argument is held, so its identity cannot pass to another object; per thread, because the
   SDK's server answers requests on a pool of four.
 
-The policies share the converted properties: none of them writes to them (`crossguard.plain` copies
-what a rule reads). The engine's own gRPC messages are never changed.
+The policies share the converted properties, and the plain copy the rules read
+(`crossguard.plain_once`, shared the same way); none of them writes to either. The engine's own gRPC
+messages are never changed.
 """
 
 from __future__ import annotations

@@ -110,7 +110,8 @@ def plain(value: Any) -> Any:
 
 # The pack's analyzer hands every policy of one request the same properties object
 # (conversions.share_conversions), so the plain copy is made once per request, not once per policy. The
-# rules read the object and never write to it (tests/policy/test_conversions.py holds them to that).
+# rules read the object and never write to it (tests/policy/test_conversions.py checks a job's copy is
+# unchanged after every policy has read it).
 plain_once = LastResult(plain)
 
 
