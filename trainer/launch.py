@@ -387,7 +387,12 @@ def forked_rank(*argv: str) -> None:
     - the process is named ``trainer-r<RANK>`` (``ps``, ``/proc/PID/comm``), since its command line and
       ``/proc/PID/environ`` are the launcher's;
     - a failed run ends the process with the trainer's code at once (:func:`trainer.__main__.exit_process`);
-      a finished one returns, which is how torchrun learns that a rank succeeded.
+      a finished one returns, which is how torchrun learns that a rank succeeded. torchrun's wrapper
+      then waits until the launcher has read every rank's result (``_wrap``:
+      ``queue_finished_reading_event.wait()``); should another rank fail meanwhile (rank 0's export,
+      say), the launcher ends this one with SIGTERM. SIGTERM is made fatal again first: the
+      trainer's handler (:mod:`trainer.preempt`) only records it, which kept a finished rank, and the
+      pod, until the SIGKILL ``--shutdown-timeout`` (30 s) later.
     """
     import torch
 
@@ -403,6 +408,7 @@ def forked_rank(*argv: str) -> None:
     code = exit_code(list(argv))
     if code:
         exit_process(code)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
 
