@@ -92,3 +92,23 @@ def test_bench_trainer_shows_why_a_run_failed(tmp_path):
     assert done.returncode != 0
     assert "trainer exited" in done.stderr
     assert "no-such-mnist" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_bench_step_runs_at_its_smallest_size(ranks):
+    done = _run(
+        "bench/bench_step.py",
+        f"--data={SHARED_MNIST}",
+        f"--ranks={ranks}",
+        "--batch=8",
+        "--steps=2",
+        "--warmup=1",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if ranks == 1:
+        assert "1 process, 1 thread, batch 8: " in done.stdout
+        assert "aten::conv2d  [8, 1, 28, 28]" in done.stdout
+    else:
+        for rank in range(2):
+            for comm in ("none", "average_gradients", "barrier"):
+                assert f"rank {rank}, {comm:>17}: compute " in done.stdout, done.stdout
