@@ -187,27 +187,28 @@ def test_a_changed_schedule_moves_the_old_one_aside_and_starts_afresh(
     assert [p for p in ckpt.iterdir() if p.name.startswith("superseded-")] == [archive]
 
 
-def _conv_bn_relu_pool_name(name: str) -> str:
-    """A parameter's name in the model before pooling moved ahead of BatchNorm (BN was features.1/5/9)."""
+def _pooled_first_stage_name(name: str) -> str:
+    """A parameter's name in the model before its strided first stage, whose first stage was a conv,
+    a max-pool, BatchNorm and ReLU: every layer after the first conv was one index further on."""
     layer, _, rest = name.removeprefix("features.").partition(".")
-    if name.startswith("features.") and int(layer) % 4 == 2:
-        return f"features.{int(layer) - 1}.{rest}"
+    if name.startswith("features.") and int(layer) > 0:
+        return f"features.{int(layer) + 1}.{rest}"
     return name
 
 
 def test_a_checkpoint_of_another_model_is_moved_aside_not_loaded(
     procs: Any, mnist_root: Path, tmp_path: Path
 ) -> None:
-    """A checkpoint written by the earlier conv/BN/ReLU/pool layout (same schedule, other parameter
-    names) is moved aside like another schedule's, instead of a load_state_dict traceback on every
-    restart."""
+    """A checkpoint written by the earlier model with a pooled first stage (same schedule, other
+    parameter names) is moved aside like another schedule's, instead of a load_state_dict traceback on
+    every restart."""
     ckpt = tmp_path / "ckpt"
     base = [f"--data={mnist_root}", f"--checkpoint-dir={ckpt}", "--train-limit=512"]
     assert procs.run("trainer", base).returncode == 0
     path = checkpoint_path(ckpt, 1)
     state = checkpoint.decode(checkpoint.verified_payload(path.read_bytes()), torch.device("cpu"))
-    state["model"] = {_conv_bn_relu_pool_name(name): tensor for name, tensor in state["model"].items()}
-    assert "features.1.running_mean" in state["model"]
+    state["model"] = {_pooled_first_stage_name(name): tensor for name, tensor in state["model"].items()}
+    assert "features.2.running_mean" in state["model"] and "features.1.running_mean" not in state["model"]
     checkpoint.save_checkpoint(ckpt, 1, state)
     again = procs.run("trainer", base)
     assert again.returncode == 0, again.stderr
