@@ -6,7 +6,8 @@ stages of 3x3 conv, 2x2 max-pool, BatchNorm and ReLU (32, 64 channels) and one l
 - The strided first conv never holds the 28x28x16 map a stride-1 conv and a pool would. On a CPU
   that map's writes, its pool and the gradient the pool's backward zeroes were over a quarter of a
   step (``bench/bench_step.py``); a step now takes about 11% less, the 2-rank epoch about 10%, at the
-  same accuracy over 3 seeds (``docs/BENCHMARKS.md``, "A strided first stage").
+  same accuracy over 3 seeds (``docs/BENCHMARKS.md``, "Where a 2-CPU step goes, and a strided first
+  stage").
 - In the later stages pooling comes before BatchNorm and ReLU, which then normalise and rectify a
   quarter of the values a conv/BN/ReLU/pool stage would: about 20% less CPU time per training
   sample, and no worse one-epoch accuracy.
