@@ -18,13 +18,15 @@ from pulumi.runtime.proto import analyzer_pb2  # noqa: E402
 from pulumi_policy import EnforcementLevel  # noqa: E402
 
 from tests.policy.conftest import job_of, stack_objects  # noqa: E402
-from tests.policy.test_crossguard import _type, _urn  # noqa: E402
+from tests.policy.feeding import type_token, urn_of  # noqa: E402
 
 
 def _request(obj: dict[str, Any]) -> Any:
     props = struct_pb2.Struct()
     props.update(obj)
-    return analyzer_pb2.AnalyzeRequest(type=_type(obj), properties=props, urn=_urn(obj), name="mnist-r1")
+    return analyzer_pb2.AnalyzeRequest(
+        type=type_token(obj), properties=props, urn=urn_of(obj), name="mnist-r1"
+    )
 
 
 def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

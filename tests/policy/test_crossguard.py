@@ -15,14 +15,9 @@ import crossguard  # noqa: E402
 import guardrails as g  # noqa: E402
 from pulumi_policy import (  # noqa: E402
     EnforcementLevel,
-    PolicyCustomTimeouts,
-    PolicyResource,
-    PolicyResourceOptions,
-    ResourceValidationArgs,
-    StackValidationArgs,
     StackValidationPolicy,
 )
-from pulumi_policy.proxy import UnknownValueError, unknown_checking_proxy  # noqa: E402
+from pulumi_policy.proxy import UnknownValueError  # noqa: E402
 
 from infra.program.common import yamlio
 from infra.stackconfig import ROOT, STAND_IN_DIGEST  # noqa: E402
@@ -34,79 +29,21 @@ from tests.policy.conftest import (  # noqa: E402
     stack_resources,
     templates_of,
 )
+from tests.policy.feeding import (  # noqa: E402
+    mandatory_policies,
+    policies_by_name,
+    reported_by_pack,
+    stack_violations_of,
+    type_token,
+    urn_of,
+    violations_of,
+)
 
 UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # the engine's marker of a not-yet-known string
 
 
-def _type(obj):
-    api = obj["apiVersion"] if "/" in obj["apiVersion"] else f"core/{obj['apiVersion']}"
-    return f"kubernetes:{api}:{obj['kind']}"
-
-
-def _options():
-    return PolicyResourceOptions(False, [], None, [], PolicyCustomTimeouts(0, 0, 0), [])
-
-
-def _urn(obj, stack="test", parents=()):
-    qualified = "$".join([*parents, _type(obj)])
-    return f"urn:pulumi:{stack}::ddp-mnist::{qualified}::{obj['metadata']['name']}"
-
-
-def _args(obj, config=None, stack="test", urn=None):
-    return ResourceValidationArgs(
-        _type(obj),
-        unknown_checking_proxy(obj),
-        urn or _urn(obj, stack),
-        obj["metadata"]["name"],
-        _options(),
-        None,
-        config,
-    )
-
-
-def _policies():
-    return {p.name: p for p in crossguard.policies()}
-
-
-def _violations(policy, obj, config=None, stack="test", urn=None):
-    reported = []
-    policy.validate(_args(obj, config, stack, urn), lambda message, urn=None: reported.append(message))
-    return reported
-
-
-def _resource(urn, obj):
-    return PolicyResource(
-        _type(obj), unknown_checking_proxy(obj), urn, obj["metadata"]["name"], _options(), None, None, [], {}
-    )
-
-
-def _stack_violations(policy, resources, config=None):
-    """(URN, message) for each violation a stack policy reports over (URN, object) pairs."""
-    reported = []
-    args = StackValidationArgs([_resource(urn, obj) for urn, obj in resources], config)
-    policy.validate(args, lambda message, urn=None: reported.append((urn, message)))
-    return reported
-
-
-def _mandatory():
-    return {n: p for n, p in _policies().items() if p.enforcement_level == EnforcementLevel.MANDATORY}
-
-
-def _reported(resources, config=None, stack="test"):
-    """(policy, message) for every violation the pack's mandatory policies report over a stack's (URN,
-    object) pairs: each resource policy on each object, each stack policy on them all."""
-    found = []
-    for name, policy in _mandatory().items():
-        if isinstance(policy, StackValidationPolicy):
-            found += [(name, message) for _, message in _stack_violations(policy, resources, config)]
-            continue
-        for urn, obj in resources:
-            found += [(name, message) for message in _violations(policy, obj, config, stack, urn)]
-    return found
-
-
 def test_policies_are_mandatory_but_one_advisory_and_named():
-    policies = _policies()
+    policies = policies_by_name()
     assert set(policies) == {
         "workloads-understood",
         "gpu-limits-match-processes",
@@ -120,7 +57,7 @@ def test_policies_are_mandatory_but_one_advisory_and_named():
         "no-automounted-token",
         "images-from-allowed-registries",
     }
-    assert set(policies) - set(_mandatory()) == {"images-by-digest"}
+    assert set(policies) - set(mandatory_policies()) == {"images-by-digest"}
     assert policies["images-by-digest"].enforcement_level == EnforcementLevel.ADVISORY
     # Stack policies: the budget reads a TrainJob's runtime, another resource.
     assert {n for n, p in policies.items() if isinstance(p, StackValidationPolicy)} == {
@@ -151,12 +88,12 @@ def test_policies_are_mandatory_but_one_advisory_and_named():
 def test_every_stack_passes_every_mandatory_policy(stack):
     """Job, platform and prerequisites stacks, each resource with the URN the engine gives it."""
     resources = stack_resources(stack)
-    for policy in _mandatory().values():
+    for policy in mandatory_policies().values():
         if isinstance(policy, StackValidationPolicy):
-            assert _stack_violations(policy, resources) == [], policy.name
+            assert stack_violations_of(policy, resources) == [], policy.name
             continue
         for urn, obj in resources:
-            assert _violations(policy, obj, stack=stack, urn=urn) == [], (policy.name, urn)
+            assert violations_of(policy, obj, stack=stack, urn=urn) == [], (policy.name, urn)
 
 
 TRAINER = "ghcr.io/ddp-mnist/trainer:0.1.0"
@@ -166,7 +103,7 @@ TRAINER = "ghcr.io/ddp-mnist/trainer:0.1.0"
 def test_a_trainer_image_by_tag_is_advised_outside_dev(stack):
     """The trainer by tag is advised in each stack, as itself, except dev (the stacks that require a
     digest render with the offline stand-in's, put back to the tag here)."""
-    advisory = _policies()["images-by-digest"]
+    advisory = policies_by_name()["images-by-digest"]
     objects = stack_objects(stack)
     for obj in objects:
         _pin(obj, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")
@@ -183,19 +120,19 @@ def test_a_trainer_image_by_tag_is_advised_outside_dev(stack):
         "re-pushed; set the digest a release names (docs/RELEASE.md)"
         for where, c in containers
     ]
-    reported = [m for o in objects for m in _violations(advisory, o, stack=stack)]
+    reported = [m for o in objects for m in violations_of(advisory, o, stack=stack)]
     assert reported == ([] if stack == "dev" else expected)
-    assert [m for o in objects for m in _violations(advisory, o, stack="staging")] == expected
+    assert [m for o in objects for m in violations_of(advisory, o, stack="staging")] == expected
     exempt = {"exemptStacks": ["dev", "staging"]}
-    assert [m for o in objects for m in _violations(advisory, o, exempt, stack="staging")] == []
+    assert [m for o in objects for m in violations_of(advisory, o, exempt, stack="staging")] == []
 
 
 def test_a_trainer_image_by_digest_is_not_advised():
-    advisory = _policies()["images-by-digest"]
+    advisory = policies_by_name()["images-by-digest"]
     objects = stack_objects("gke-gpu")
     for obj in objects:
         _pin(obj, f"{TRAINER}@sha256:{'e' * 64}")
-    assert [o for o in objects if _violations(advisory, o, stack="gke-gpu")] == []
+    assert [o for o in objects if violations_of(advisory, o, stack="gke-gpu")] == []
 
 
 def _pin(value, pinned, tagged=TRAINER):
@@ -220,13 +157,13 @@ def test_with_the_cloud_config_images_by_digest_is_mandatory_and_every_cloud_sta
     offline stand-in's), and the same trainer by tag is refused."""
     config = json.loads(CLOUD_CONFIG.read_text())
     assert config == {"images-by-digest": "mandatory"}
-    policy = _policies()["images-by-digest"]
+    policy = policies_by_name()["images-by-digest"]
     objects = stack_objects(stack)
-    assert [m for o in objects for m in _violations(policy, o, stack=stack)] == []
+    assert [m for o in objects for m in violations_of(policy, o, stack=stack)] == []
     tagged = [o for o in objects if "@" + STAND_IN_DIGEST in json.dumps(o)]
     for obj in tagged:
         _pin(obj, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")
-    assert bool([m for o in tagged for m in _violations(policy, o, stack=stack)]) == bool(tagged)
+    assert bool([m for o in tagged for m in violations_of(policy, o, stack=stack)]) == bool(tagged)
 
 
 def test_the_stack_comes_from_the_urn():
@@ -241,29 +178,29 @@ def test_violations_reach_report_violation():
     for template in templates_of(job):
         template["spec"]["containers"][0]["image"] = "ghcr.io/ddp-mnist/trainer:latest"
         template["spec"]["hostNetwork"] = True
-    policies = _policies()
-    assert _violations(policies["images-pinned"], job) == [
+    policies = policies_by_name()
+    assert violations_of(policies["images-pinned"], job) == [
         "Job mnist-r1: container pytorch image ghcr.io/ddp-mnist/trainer:latest uses :latest, which moves; "
         "pin a version tag or an @sha256 digest"
     ]
-    assert _violations(policies["pod-security-restricted"], job) == [
+    assert violations_of(policies["pod-security-restricted"], job) == [
         "Job mnist-r1: host namespaces (hostNetwork=true) (restricted: hostNamespaces)"
     ]
 
 
 def test_policy_config_overrides_the_budget():
-    budget = _policies()["job-size-within-budget"]
+    budget = policies_by_name()["job-size-within-budget"]
     resources = stack_resources("eks-gpu")
     job_urn = next(
         urn for urn, obj in resources if obj["kind"] == "Job" and obj["metadata"]["name"] == "mnist-r1"
     )
-    assert _stack_violations(budget, resources) == []
+    assert stack_violations_of(budget, resources) == []
     over = [(job_urn, "Job mnist-r1 uses 8 GPUs; this platform allows at most 4 per job")]
-    assert _stack_violations(budget, resources, {"maxGpus": 4}) == over
+    assert stack_violations_of(budget, resources, {"maxGpus": 4}) == over
     # The budget reads training jobs and runtimes only: a value not known yet elsewhere (a Secret's,
     # during a preview) does not stop it.
     next(obj for _, obj in resources if obj["kind"] == "Secret")["data"] = {"key": UNKNOWN_STRING}
-    assert _stack_violations(budget, resources, {"maxGpus": 4}) == over
+    assert stack_violations_of(budget, resources, {"maxGpus": 4}) == over
 
 
 def test_unknown_values_are_left_to_the_sdk():
@@ -273,7 +210,7 @@ def test_unknown_values_are_left_to_the_sdk():
         UNKNOWN_STRING
     )
     with pytest.raises(UnknownValueError):
-        _violations(_policies()["images-pinned"], job)
+        violations_of(policies_by_name()["images-pinned"], job)
 
 
 def test_type_tokens_become_api_versions():
@@ -289,12 +226,12 @@ def test_shared_claims_policy_blames_the_claim():
     objects = stack_objects("gke-gpu")
     claim = next(o for o in objects if o["metadata"]["name"] == "ddp-mnist-checkpoints")
     claim["spec"]["accessModes"] = ["ReadWriteOnce"]
-    reported = _stack_violations(
-        _policies()["shared-claims-read-write-many"], [(_urn(o), o) for o in objects]
+    reported = stack_violations_of(
+        policies_by_name()["shared-claims-read-write-many"], [(urn_of(o), o) for o in objects]
     )
     assert reported == [
         (
-            _urn(claim),
+            urn_of(claim),
             # The 4 training pods write; the 2 server replicas read the job's SHA256SUMS.
             "PersistentVolumeClaim ddp-mnist-checkpoints is mounted by 6 pods (4 writing) but its "
             "accessModes are ['ReadWriteOnce']; a shared claim must be ReadWriteMany",
@@ -333,7 +270,7 @@ def test_the_pack_serves_the_analyzer_protocol():
         stub = analyzer_pb2_grpc.AnalyzerStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
         info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
         assert info.name == crossguard.PACK_NAME
-        assert sorted(p.name for p in info.policies) == sorted(_policies())
+        assert sorted(p.name for p in info.policies) == sorted(policies_by_name())
         job = job_of(stack_objects("eks-gpu"))
         _pin(job, TRAINER, tagged=f"{TRAINER}@{STAND_IN_DIGEST}")  # by tag, as a stack without the rule
         container = job["spec"]["template"]["spec"]["containers"][0]
@@ -346,7 +283,7 @@ def test_the_pack_serves_the_analyzer_protocol():
         props.update(job)
         response = stub.Analyze(
             analyzer_pb2.AnalyzeRequest(
-                type=_type(job), properties=props, urn=_urn(job, "eks-gpu"), name="mnist-r1"
+                type=type_token(job), properties=props, urn=urn_of(job, "eks-gpu"), name="mnist-r1"
             ),
             timeout=30,
         )
@@ -388,9 +325,9 @@ def test_the_platforms_upstream_installs_are_skipped_in_their_namespaces_and_ref
     resources = stack_resources("gke-platform")
     upstream = [(urn, obj) for urn, obj in resources if "-manifests:" in urn.rsplit("::", 1)[-1]]
     assert len(upstream) == 14 + 35 + 38  # KServe's less the components the bundle never uses
-    assert _reported(upstream, stack="gke-platform") == []
+    assert reported_by_pack(upstream, stack="gke-platform") == []
     nothing_excluded = {"excludeNamespaces": []}
-    reported = _reported(upstream, config=nothing_excluded, stack="gke-platform")
+    reported = reported_by_pack(upstream, config=nothing_excluded, stack="gke-platform")
     found = sorted(
         (policy, message.split(":", 1)[0])
         for policy, message in reported

@@ -17,7 +17,7 @@ import crossguard  # noqa: E402
 from infra.stackconfig import ROOT  # noqa: E402
 from tests.infra.conftest import render_config  # noqa: E402
 from tests.policy.conftest import ALL_STACKS, POLICY_DIR, resources_of, stack_objects, stack_resources  # noqa: E402
-from tests.policy.test_crossguard import _reported, _urn  # noqa: E402
+from tests.policy.feeding import reported_by_pack, urn_of  # noqa: E402
 
 CANARY = "canary-Pass-Value-7f3a1c"
 FIX = "run it as a kind the pack reads, or teach policy/workloads.py to read it"
@@ -49,7 +49,7 @@ def _object(api, kind, spec, name="w"):
 
 
 def _alone(obj):
-    return [(_urn(obj), obj)]
+    return [(urn_of(obj), obj)]
 
 
 # --- kinds the pack reads now ------------------------------------------------------------------
@@ -73,7 +73,7 @@ JOBSET = _object(
     ids=["ReplicationController", "JobSet"],
 )
 def test_a_replication_controller_and_a_jobset_get_every_pod_rule(obj, where):
-    reported = _reported(_alone(copy.deepcopy(obj)))
+    reported = reported_by_pack(_alone(copy.deepcopy(obj)))
     assert (
         "images-pinned",
         f"{where}: container app image ghcr.io/acme/app is untagged (that means :latest); "
@@ -95,7 +95,7 @@ def test_a_jobset_counts_against_the_budget():
     """3 Jobs of 4 pods with 8 GPUs each: 12 nodes and 96 GPUs."""
     assert g.job_size(JOBSET) == (12, 96)
     assert ("job-size-within-budget", "JobSet js uses 96 GPUs; this platform allows at most 64 per job") in (
-        _reported(_alone(copy.deepcopy(JOBSET)))
+        reported_by_pack(_alone(copy.deepcopy(JOBSET)))
     )
 
 
@@ -110,7 +110,7 @@ def test_the_pack_budgets_a_runtimes_defaults_and_what_a_trainjob_takes_from_the
     node["limits"]["nvidia.com/gpu"] = node["requests"]["nvidia.com/gpu"] = "8"
     del trainjob["spec"]["trainer"]["numNodes"], trainjob["spec"]["trainer"]["resourcesPerNode"]
     trainjob["spec"]["trainer"]["numProcPerNode"] = 8
-    budget = sorted(m for p, m in _reported(resources) if p == "job-size-within-budget")
+    budget = sorted(m for p, m in reported_by_pack(resources) if p == "job-size-within-budget")
     assert budget == [
         "TrainJob mnist-r1 runs 100 nodes; this platform allows at most 16 per job",
         "TrainJob mnist-r1 uses 800 GPUs; this platform allows at most 64 per job",
@@ -154,7 +154,7 @@ ARGO_WORKFLOW = {"templates": [{"name": "main", "container": {"image": "alpine",
 )
 def test_a_kind_the_pack_does_not_read_is_refused(api, kind, spec, place):
     obj = _object(api, kind, copy.deepcopy(spec))
-    assert _reported(_alone(obj)) == [
+    assert reported_by_pack(_alone(obj)) == [
         (
             "workloads-understood",
             f"{kind} w: kind {api} {kind} is not understood by the policy pack: {place} would run unchecked; "
@@ -193,7 +193,7 @@ def test_a_pod_spec_of_a_known_kind_in_a_place_the_pack_does_not_read_is_refused
 
 def test_a_helm_release_is_refused_and_manifest_components_are_no_objects():
     release = {"apiVersion": "helm.sh/v3", "kind": "Release", "metadata": {"name": "r"}, "spec": {}}
-    ((policy, message),) = _reported(_alone(release))
+    ((policy, message),) = reported_by_pack(_alone(release))
     assert (policy, message.split(":", 2)[1]) == (
         "workloads-understood",
         " kind helm.sh/v3 Release is not understood by the policy pack",
@@ -243,7 +243,7 @@ def test_a_helm_release_is_refused_and_manifest_components_are_no_objects():
     ids=["ConfigMap", "Service", "Flux-ImageRepository", "CRD"],
 )
 def test_objects_that_make_no_pods_pass(obj):
-    assert _reported(_alone(obj)) == []
+    assert reported_by_pack(_alone(obj)) == []
 
 
 # --- excluded namespaces -----------------------------------------------------------------------
@@ -259,9 +259,9 @@ def test_a_stacks_own_workload_in_an_excluded_namespace_is_checked():
     """A stack whose namespace is `kubeflow` gets every rule there, as anywhere."""
     resources = resources_of(render_config({"namespace": "kubeflow"}))
     (job,) = [obj for _, obj in resources if obj["kind"] == "PyTorchJob"]
-    assert _reported(resources) == []
+    assert reported_by_pack(resources) == []
     _with_latest_image(job)
-    assert [p for p, _ in _reported(resources)] == ["images-pinned", "images-pinned"]
+    assert [p for p, _ in reported_by_pack(resources)] == ["images-pinned", "images-pinned"]
 
 
 def test_what_the_platform_installs_there_is_not_checked():
@@ -270,12 +270,12 @@ def test_what_the_platform_installs_there_is_not_checked():
     deployment = _with_latest_image(copy.deepcopy(REPLICATION_CONTROLLER))
     deployment.update(apiVersion="apps/v1", kind="Deployment")
     deployment["metadata"]["namespace"] = "kubeflow"
-    installed = _urn(
+    installed = urn_of(
         deployment, parents=["ddp-mnist:operator:TrainingOperator", "kubernetes:kustomize/v2:Directory"]
     )
-    assert _reported([(installed, deployment)]) == []
-    assert _reported([(installed, deployment)], {"excludeNamespaces": []}) != []
-    assert _reported([(_urn(deployment), deployment)]) != []
+    assert reported_by_pack([(installed, deployment)]) == []
+    assert reported_by_pack([(installed, deployment)], {"excludeNamespaces": []}) != []
+    assert reported_by_pack([(urn_of(deployment), deployment)]) != []
 
 
 @pytest.mark.parametrize("stack", ["aks-platform", "eks-platform"])
@@ -285,8 +285,10 @@ def test_the_device_plugin_is_skipped_only_as_the_platforms(stack):
     resources = stack_resources(stack)
     ((urn, plugin),) = [(u, o) for u, o in resources if o["kind"] == "DaemonSet"]
     assert "::ddp-mnist:platform:NvidiaDevicePlugin$kubernetes:apps/v1:DaemonSet::" in urn
-    assert _reported([(urn, plugin)]) == []
-    controls = {m.rsplit("(restricted: ", 1)[1].rstrip(")") for _, m in _reported([(_urn(plugin), plugin)])}
+    assert reported_by_pack([(urn, plugin)]) == []
+    controls = {
+        m.rsplit("(restricted: ", 1)[1].rstrip(")") for _, m in reported_by_pack([(urn_of(plugin), plugin)])
+    }
     assert controls == {"restrictedVolumes", "runAsNonRoot"}
 
 
@@ -438,7 +440,7 @@ def _privileged_nfs_server_elsewhere():
 )
 def test_the_pack_refuses_each_object_it_used_to_pass(make, stack, policy, start):
     obj = make()
-    reported = _reported([(_urn(obj, stack), obj)], stack=stack)
+    reported = reported_by_pack([(urn_of(obj, stack), obj)], stack=stack)
     assert any(p == policy and m.startswith(start) for p, m in reported), reported
 
 

@@ -14,7 +14,7 @@ pytest.importorskip("pulumi_policy")
 import crossguard  # noqa: E402
 from pulumi_policy import ResourceValidationPolicy  # noqa: E402
 
-from tests.policy.test_crossguard import _violations  # noqa: E402
+from tests.policy.feeding import violations_of  # noqa: E402
 
 
 def _server(objects):
@@ -28,7 +28,7 @@ def test_every_object_passes_every_policy_with_the_packs_defaults(stack):
     policies = [p for p in crossguard.policies() if isinstance(p, ResourceValidationPolicy)]
     for obj in objects:
         for policy in policies:
-            assert _violations(policy, obj, stack=stack) == [], (
+            assert violations_of(policy, obj, stack=stack) == [], (
                 policy.name,
                 obj["kind"],
                 obj["metadata"]["name"],
@@ -40,7 +40,7 @@ def test_every_object_passes_every_policy_with_the_packs_defaults(stack):
 def test_only_the_nfs_server_needs_the_exemption_and_only_for_privileged(stack):
     objects = stack_objects(stack)
     pod_security = next(p for p in crossguard.policies() if p.name == "pod-security-restricted")
-    reported = _violations(pod_security, _server(objects), {"privilegedNamespaces": []}, stack=stack)
+    reported = violations_of(pod_security, _server(objects), {"privilegedNamespaces": []}, stack=stack)
     assert reported[0] == (
         'Deployment nfs-server: privileged (container "nfs-server" must not set '
         "securityContext.privileged=true) (restricted: privileged)"
@@ -52,9 +52,9 @@ def test_only_the_nfs_server_needs_the_exemption_and_only_for_privileged(stack):
         "runAsNonRoot",
         "seccompProfile_restricted",
     }
-    assert _violations(pod_security, _server(objects), stack=stack) == []
+    assert violations_of(pod_security, _server(objects), stack=stack) == []
     # The pair is the stack's: a namespace of that name in any other stack gets no exemption.
-    assert _violations(pod_security, _server(objects), stack="team-a") == reported
+    assert violations_of(pod_security, _server(objects), stack="team-a") == reported
     # Every other pod template meets 'restricted' with no exemption at all.
     others = [o for o in objects if g.pod_templates(o) and o is not _server(objects)]
     assert {o["metadata"]["name"] for o in others} == {"minio", "minio-mnist"}
