@@ -79,7 +79,7 @@ def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
     job = _plan(render_config({**TWO_NODES, "jobKind": kind}), tmp_path)
     assert [p.index for p in job.pods] == [0, 1]
     for pod in job.pods:
-        # A fifth of the epoch: 98.35% with seed 0 on two ranks (docs/BENCHMARKS.md), well above the bound;
+        # A fifth of the epoch: 98.23% with seed 0 on two ranks (docs/BENCHMARKS.md), well above the bound;
         # the full default run's 99% is tests/trainer/test_distributed.py's claim.
         pod.argv.append(f"--train-limit={REAL_ACCURACY_IMAGES}")
     ok, reason, output = _run(job)
