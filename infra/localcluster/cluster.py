@@ -26,6 +26,7 @@ from infra.local.ports import free_port
 from infra.localcluster import certmanager, components, fleet, pki
 from infra.localcluster.build import binary, module_dir
 from infra.localcluster.kube import ApiError, Client
+from infra.localcluster.operators import STAND_INS
 from infra.localcluster.parts import PARTS, PARTS_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,7 +197,7 @@ def up(state: State, say: Callable[[str], None] = print) -> dict:
         for crd in certmanager.crds(module_dir(PARTS_DIR / "cert-manager", certmanager.MODULE)):
             client.apply("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         _wait_established(client, "stages.kwok.x-k8s.io", deadline)
-        for stage in fleet.stages(kwok_module):
+        for stage in fleet.stages(kwok_module, sorted({s.namespace for s in STAND_INS})):
             client.apply("/apis/kwok.x-k8s.io/v1alpha1/stages", stage)
         pids["kwok"] = _start(state, "kwok", components.kwok(bins["kwok"], state.kubeconfig, ports["kwok"]))
         state.write(data)

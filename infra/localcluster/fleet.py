@@ -4,9 +4,10 @@ Nodes carry the labels, taints and `nvidia.com/gpu` capacity the shipped stacks 
 `jobNodeSelector`, `jobTolerations`, `jobGpusPerNode`), so the real scheduler places or refuses their
 pods as a cloud's would. Stages: upstream's node and pod stages at the pinned KWOK (the module's
 `kustomize/stage/`), and ours on top: the pods of every job kind (owned by a Job or a PyTorchJob) complete
-with exit 0 after a short delay; a scenario fails the pods it chooses with the exit code it chooses by
-creating a `failure_stage` (weight 100, which KWOK's `Lifecycle.Match` always prefers to the weight-0
-stages, sigs.k8s.io/kwok v0.8.0 `pkg/utils/lifecycle/lifecycle.go`).
+with exit 0 after a short delay; a stand-in's pod (standins.py) stays Pending until its process
+answers its readiness probe (`stand_in_hold_stage`); a scenario fails the pods it chooses with the exit
+code it chooses by creating a `failure_stage` (weight 100, which KWOK's `Lifecycle.Match` always
+prefers to the weight-0 stages, sigs.k8s.io/kwok v0.8.0 `pkg/utils/lifecycle/lifecycle.go`).
 """
 
 from __future__ import annotations
@@ -208,30 +209,50 @@ def sigterm_stage(name: str, namespace: str, exit_code: int) -> Obj:
     return _job_pod_stage(name, selector, 100, JOB_POD_DELAY_MS, _terminated(exit_code, "Error", "Failed"))
 
 
-def slow_ready_stage(
-    kwok_module: Path, name: str, namespace: str, labels: dict[str, str], delay_s: int
-) -> Obj:
-    """New pods of `namespace` with `labels` become Ready only `delay_s` after they were scheduled
-    (upstream's pod-ready stage, delayed and preferred): a server whose model takes that long to load."""
+def _ready_after(kwok_module: Path, name: str, expressions: list[Obj], delay_s: int) -> Obj:
+    """Upstream's pod-ready stage for the pods `expressions` also select, preferred and delayed."""
     stage: Obj = yamlio.load(
         (kwok_module / "kustomize" / "stage" / "pod" / "fast" / "pod-ready.yaml").read_text()
     )
     stage["metadata"] = {"name": name}
-    stage["spec"]["selector"]["matchExpressions"] += [
-        {"key": ".metadata.namespace", "operator": "In", "values": [namespace]},
-        *(
-            {"key": f'.metadata.labels["{key}"]', "operator": "In", "values": [value]}
-            for key, value in labels.items()
-        ),
-    ]
+    stage["spec"]["selector"]["matchExpressions"] += expressions
     stage["spec"]["weight"] = 100
     stage["spec"]["delay"] = {"durationMilliseconds": delay_s * 1000}
     return stage
 
 
-def stages(kwok_module: Path) -> list[Obj]:
+def slow_ready_stage(
+    kwok_module: Path, name: str, namespace: str, labels: dict[str, str], delay_s: int
+) -> Obj:
+    """New pods of `namespace` with `labels` become Ready only `delay_s` after they were scheduled
+    (upstream's pod-ready stage, delayed and preferred): a server whose model takes that long to load."""
+    return _ready_after(kwok_module, name, _of(namespace, labels), delay_s)
+
+
+# What the supervisor puts on a stand-in's pod once its process answers its readiness probe
+# (standins.py, LocalPods.release).
+PROCESS_READY = "ddp-mnist.local/process-ready"
+HOLD_S = 86400
+
+
+def stand_in_hold_stage(kwok_module: Path, namespaces: list[str]) -> Obj:
+    """A new pod of a ReplicaSet in `namespaces` (where the stand-ins' Deployments live) stays Pending
+    until it carries PROCESS_READY: on a cluster a controller's pod is Ready only once its readiness
+    probe answers, which for the webhooks' controllers means their webhook server is listening
+    (kubeflow/trainer v2.3.0 `cmd/trainer-controller-manager/main.go`, setupProbeEndpoints); KWOK alone
+    would make it Ready at once, whatever its process does. The label moves the pod to upstream's
+    pod-ready stage, as a label change is a pod update KWOK matches again (long_run_stage)."""
+    expressions: list[Obj] = [
+        {"key": ".metadata.namespace", "operator": "In", "values": sorted(namespaces)},
+        {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["ReplicaSet"]},
+        {"key": f'.metadata.labels["{PROCESS_READY}"]', "operator": "DoesNotExist"},
+    ]
+    return _ready_after(kwok_module, "ddp-mnist-stand-in-hold", expressions, HOLD_S)
+
+
+def stages(kwok_module: Path, stand_in_namespaces: list[str]) -> list[Obj]:
     upstream = [yamlio.load((kwok_module / "kustomize" / "stage" / p).read_text()) for p in UPSTREAM_STAGES]
-    return [*upstream, job_pod_complete()]
+    return [*upstream, job_pod_complete(), stand_in_hold_stage(kwok_module, stand_in_namespaces)]
 
 
 def stage_crd(kwok_module: Path) -> Obj:

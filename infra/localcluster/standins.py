@@ -4,7 +4,10 @@
 The real binaries (built from their pinned modules) run with the container's arguments and environment,
 its volumes written as files (secrets and config maps refreshed every pass, as a kubelet does), and a
 token of its ServiceAccount (so the operator acts with the RBAC its manifests gave it). A changed pod
-template restarts the process; a deleted Deployment stops it. The pod itself stays a KWOK pod.
+template restarts the process; a deleted Deployment stops it. The pod itself stays a KWOK pod, held
+Pending (fleet.stand_in_hold_stage) until its process answers the container's readiness probe, as a
+kubelet would make it Ready; the probe's initial delay and period are not waited out, and a pod once
+Ready stays so.
 
 What differs from a pod, and why: every process shares this machine's network, so each listens on
 127.0.0.1 at free ports (its flags or its config file say which), save a port the process also writes
@@ -20,7 +23,12 @@ import base64
 import hashlib
 import json
 import os
+import socket
+import ssl
 import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +37,7 @@ import yaml
 
 from infra.local.ports import free_port
 from infra.localcluster.build import binary
+from infra.localcluster.fleet import PROCESS_READY
 from infra.localcluster.kube import Client, Obj
 from infra.program.common import yamlio
 
@@ -84,11 +93,16 @@ class StandIn:
         return f"{self.namespace}/{self.deployment}"
 
 
+REVISION = "deployment.kubernetes.io/revision"
+
+
 @dataclass
 class Running:
     process: subprocess.Popen
     digest: str
     pod: LocalPod
+    # The Deployment's revision as last read with this template: its ReplicaSet's pods run this process.
+    revision: str = ""
 
 
 class LocalPods:
@@ -124,9 +138,53 @@ class LocalPods:
                 del self.running[stand_in.key]
                 current = None
             if deployment and current is None:
-                self.running[stand_in.key] = self.start(stand_in, deployment, digest)
+                current = self.running[stand_in.key] = self.start(stand_in, deployment, digest)
             elif deployment and current:
                 self.write_volumes(stand_in, current.pod)
+            if deployment and current:
+                current.revision = deployment["metadata"].get("annotations", {}).get(REVISION, "")
+
+    def release(self) -> None:
+        """Label the held pods (fleet.stand_in_hold_stage) that may become Ready: a stand-in's pod of
+        the ReplicaSet its process runs the template of, once that process answers its readiness
+        probe; a pod of any other Deployment in a stand-in's namespace at once (no process runs it)."""
+        query = urllib.parse.urlencode(
+            {"labelSelector": f"!{PROCESS_READY}", "fieldSelector": "status.phase=Pending"}
+        )
+        for namespace in sorted({s.namespace for s in self.stand_ins}):
+            for pod in self.client.items(f"/api/v1/namespaces/{namespace}/pods?{query}"):
+                meta = pod["metadata"]
+                owner = next((o for o in meta.get("ownerReferences", []) if o["kind"] == "ReplicaSet"), None)
+                if owner is None or meta.get("deletionTimestamp"):
+                    continue
+                replicas = self.client.get(
+                    f"/apis/apps/v1/namespaces/{namespace}/replicasets/{owner['name']}"
+                )
+                if replicas is not None and self._may_be_ready(namespace, replicas):
+                    patch = {"metadata": {"labels": {PROCESS_READY: "true"}}}
+                    self.client.request(
+                        "PATCH",
+                        f"/api/v1/namespaces/{namespace}/pods/{meta['name']}",
+                        patch,
+                        content_type="application/merge-patch+json",
+                    )
+
+    def _may_be_ready(self, namespace: str, replicas: Obj) -> bool:
+        meta = replicas["metadata"]
+        deployment = next(
+            (o["name"] for o in meta.get("ownerReferences", []) if o["kind"] == "Deployment"), ""
+        )
+        stand_in = next(
+            (s for s in self.stand_ins if (s.namespace, s.deployment) == (namespace, deployment)), None
+        )
+        if stand_in is None:
+            return True
+        current = self.running.get(stand_in.key)
+        return (
+            current is not None
+            and meta.get("annotations", {}).get(REVISION) == current.revision
+            and answers_readiness_probe(current, stand_in)
+        )
 
     def write_volumes(self, stand_in: StandIn, local: LocalPod) -> None:
         pod = local.pod
@@ -303,6 +361,32 @@ def field_value(pod: Obj, path: str) -> str:
     if path.startswith("metadata.labels['"):
         return str(pod["metadata"].get("labels", {}).get(path[len("metadata.labels['") : -2], ""))
     raise ValueError(f"unsupported downward API field {path}")
+
+
+def answers_readiness_probe(running: Running, stand_in: StandIn) -> bool:
+    """What a kubelet's readiness probe of the container would find (an HTTP GET answered 200-399, a
+    TCP port that accepts), asked once of the running process at its local port; with neither: running."""
+    if running.process.poll() is not None:
+        return False
+    probe = _container(running.pod.pod, stand_in.container).get("readinessProbe") or {}
+    check = probe.get("httpGet") or probe.get("tcpSocket")
+    if check is None:
+        return True
+    port = target_port(check["port"], running.pod.pod, running.pod.ports)
+    if port is None:
+        return False
+    timeout = probe.get("timeoutSeconds", 1)
+    try:
+        if "httpGet" not in probe:
+            socket.create_connection(("127.0.0.1", port), timeout=timeout).close()
+            return True
+        scheme = check.get("scheme", "HTTP").lower()
+        context = ssl._create_unverified_context() if scheme == "https" else None  # as a kubelet's probe
+        url = f"{scheme}://127.0.0.1:{port}{check.get('path', '/')}"
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return 200 <= response.status < 400
+    except (OSError, urllib.error.URLError):
+        return False
 
 
 def terminate(process: subprocess.Popen) -> None:

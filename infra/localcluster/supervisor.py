@@ -9,7 +9,8 @@
   released under `Delete`.
 - **cert-manager**: self-signed certificates and CA injection (certmanager.py).
 - **Operator pods**: the Deployments of the operators (the training operator, Kueue) run as local
-  processes with what a kubelet would give their pod (standins.py).
+  processes with what a kubelet would give their pod (standins.py), each pod Ready once its process
+  answers its readiness probe.
 """
 
 from __future__ import annotations
@@ -181,7 +182,12 @@ async def run(state: State) -> None:
         await asyncio.sleep(0.2)
     try:
         while not stop.is_set():
-            for step in (supervisor.provision, supervisor.certificates, supervisor.pods.reconcile):
+            for step in (
+                supervisor.provision,
+                supervisor.certificates,
+                supervisor.pods.reconcile,
+                supervisor.pods.release,
+            ):
                 try:
                     await asyncio.to_thread(step)
                 except (ApiError, OSError, KeyError, ValueError) as error:

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 import pytest
 from pulumi import automation as auto
 
+from infra.localcluster import fleet
 from infra.program.settings.base import parse_quantity
 from infra.stackconfig import load_stack
 from tests.e2e import judge, live
@@ -154,6 +155,13 @@ def test_1_the_platform_stack_comes_up_on_an_empty_cluster(platform: dict) -> No
     assert live.exists("crd", "pytorchjobs.kubeflow.org")
     deployment = live.get("deployment", "training-operator", "kubeflow")
     assert deployment["status"].get("availableReplicas") == 1
+    # Its pod left KWOK's hold stage (Pending) by the label the supervisor adds once the operator's own
+    # process answers its readiness probe (infra/localcluster/standins.py): Ready as a kubelet makes it,
+    # not as soon as it was scheduled.
+    (operator_pod,) = live.items("pod", "kubeflow", "control-plane=kubeflow-training-operator")
+    assert operator_pod["metadata"]["labels"].get(fleet.PROCESS_READY) == "true"
+    conditions = {c["type"]: c["status"] for c in operator_pod["status"].get("conditions", [])}
+    assert conditions.get("Ready") == "True", operator_pod["status"]
     # From upstream's overlay (operatorSource), a source the program does not read: no ingress policy
     # (scenario 23b's move to the vendored manifests adds it).
     assert not live.exists("networkpolicy", "ddp-mnist-training-operator-ingress", "kubeflow")
