@@ -79,6 +79,7 @@ def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.
         with engine_env(state, tmp_path_factory.mktemp("pulumi-home")):
             yield state
     finally:
+        scenario.keep_logs(state, "e2e-local")
         if not KEEP:
             cluster.down(state)
 

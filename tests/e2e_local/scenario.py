@@ -13,14 +13,16 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
 
-from infra.localcluster import fleet, sources
+from infra.localcluster import cluster, fleet, sources
 from infra.localcluster.build import module_dir
 from infra.localcluster.parts import PARTS
 from infra.program.common.meta import JOB_LABEL
@@ -45,6 +47,22 @@ def prerequisites_config() -> dict[str, str]:
 
 
 PRIORITY_CLASS, PRIORITY = "training-high", 100000  # the platform stack's, as eks-platform's
+
+
+def keep_logs(state: cluster.State, tier: str) -> Path:
+    """The cluster's logs (its processes', the stand-ins' pods', the real node's when it has one) copied
+    to build/<tier>/logs, replacing the last run's, before the teardown removes the cluster's directory:
+    what a failed scenario leaves to read."""
+    target = Path(__file__).resolve().parents[2] / "build" / tier / "logs"
+    shutil.rmtree(target, ignore_errors=True)
+    for source, under in (
+        (state.directory / "logs", target),
+        (state.directory / "node" / "logs", target / "node"),
+    ):
+        if source.is_dir():
+            shutil.copytree(source, under, dirs_exist_ok=True)
+    print(f"cluster: its logs copied to {target}")
+    return target
 
 
 def platform_config() -> dict[str, str]:

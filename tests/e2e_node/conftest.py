@@ -69,6 +69,7 @@ def node_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.S
         try:
             left = real_node.down(state, check=False)
         finally:
+            scenario.keep_logs(state, "e2e-node")
             cluster.down(state)
     assert not left, f"the node's teardown left {left}"
 
