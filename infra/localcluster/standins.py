@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import json
 import os
 import socket
 import ssl
 import subprocess
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -385,7 +385,7 @@ def answers_readiness_probe(running: Running, stand_in: StandIn) -> bool:
         url = f"{scheme}://127.0.0.1:{port}{check.get('path', '/')}"
         with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
             return 200 <= response.status < 400
-    except (OSError, urllib.error.URLError):
+    except (OSError, http.client.HTTPException):  # refused, timed out, or not HTTP: not ready
         return False
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -100,6 +101,10 @@ def test_the_probe_answers_as_the_processs_readyz_does_and_never_once_the_proces
     assert not answers_readiness_probe(running, STAND_IN)  # 500
     handler.status = 200
     assert answers_readiness_probe(running, STAND_IN)
+    with socket.create_server(("127.0.0.1", 0)) as other:  # a listener that answers no HTTP
+        running.pod.ports[8081] = other.getsockname()[1]
+        threading.Thread(target=lambda: other.accept()[0].sendall(b"not http\r\n\r\n"), daemon=True).start()
+        assert not answers_readiness_probe(running, STAND_IN)
     running.process.kill()
     running.process.wait()
     assert not answers_readiness_probe(running, STAND_IN)
