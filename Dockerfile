@@ -31,7 +31,7 @@ ENV PYTHONUNBUFFERED=1 \
 
 # The trainer's dependencies beyond torch, each with its whole dependency closure pinned so a rebuild
 # installs the same code (the versions the tests ran with, constraints.txt's): boto3 (imported only
-# for s3:// data and the export), and tensorboard: torch.utils.tensorboard's writer (the run's curves)
+# for s3:// data and the export), and tensorboard: the protos of the run's curves (trainer/curves.py)
 # and the `tensorboard` command the stack's optional TensorBoard Deployment runs. tensorboard adds
 # about 80 MB installed: tensorboard, tensorboard-data-server, protobuf, grpcio, absl-py, markdown, werkzeug,
 # markupsafe and pillow (packaging comes with the base image), and setuptools 81.0.0, the last with the
