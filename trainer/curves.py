@@ -84,7 +84,7 @@ class EventFile:
         stamp, host, uid = int(time.time()), socket.gethostname(), next(self._opened)
         name = f"events.out.tfevents.{stamp:010d}.{host}.{os.getpid()}.{uid}"
         self.path = directory / name
-        self._file = self.path.open("xb")
+        self._file = self.path.open("ab")  # a same-named file (a restart within its second) is kept
         writer = SourceMetadata(writer="trainer.curves")
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2", source_metadata=writer))
         self._write(Event(wall_time=time.time(), step=purge_step, file_version="brain.Event:2"))
