@@ -4,10 +4,12 @@
 The real binaries (built from their pinned modules) run with the container's arguments and environment,
 its volumes written as files (secrets and config maps refreshed every pass, as a kubelet does), and a
 token of its ServiceAccount (so the operator acts with the RBAC its manifests gave it). A changed pod
-template restarts the process; a deleted Deployment stops it. The pod itself stays a KWOK pod, held
-Pending (fleet.stand_in_hold_stage) until its process answers the container's readiness probe, as a
-kubelet would make it Ready; the probe's initial delay and period are not waited out, and a pod once
-Ready stays so.
+template starts a new process at once, as a Deployment's rolling update starts its new pod; the old
+process, like a deleted Deployment's, gets SIGTERM and, as a kubelet does, SIGKILL once the pod's
+`terminationGracePeriodSeconds` (default 30) has passed, without holding up anything else. The pod itself
+stays a KWOK pod, held Pending (fleet.stand_in_hold_stage) until its process answers the container's
+readiness probe, as a kubelet would make it Ready; the probe's initial delay and period are not waited
+out, and a pod once Ready stays so.
 
 What differs from a pod, and why: every process shares this machine's network, so each listens on
 127.0.0.1 at free ports (its flags or its config file say which), save a port the process also writes
@@ -27,6 +29,7 @@ import os
 import socket
 import ssl
 import subprocess
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -105,6 +108,20 @@ class Running:
     revision: str = ""
 
 
+# A pod's grace period when its spec sets none (the Pod API's default).
+DEFAULT_GRACE_S = 30
+
+
+@dataclass
+class Stopping:
+    """A stand-in's process sent SIGTERM: killed at `deadline` (monotonic) if it has not ended."""
+
+    key: str
+    process: subprocess.Popen
+    since: float
+    deadline: float
+
+
 class LocalPods:
     """Keeps one local process per existing stand-in Deployment, in step with its pod template."""
 
@@ -122,8 +139,10 @@ class LocalPods:
         self.kubeconfig = kubeconfig
         self.log = log
         self.running: dict[str, Running] = {}
+        self.stopping: list[Stopping] = []
 
     def reconcile(self) -> None:
+        self.reap()
         for stand_in in self.stand_ins:
             deployment = self.client.get(
                 f"/apis/apps/v1/namespaces/{stand_in.namespace}/deployments/{stand_in.deployment}"
@@ -134,8 +153,7 @@ class LocalPods:
             )
             current = self.running.get(stand_in.key)
             if current and (current.digest != digest or current.process.poll() is not None):
-                terminate(current.process)
-                del self.running[stand_in.key]
+                self.stop(stand_in.key)
                 current = None
             if deployment and current is None:
                 current = self.running[stand_in.key] = self.start(stand_in, deployment, digest)
@@ -143,6 +161,36 @@ class LocalPods:
                 self.write_volumes(stand_in, current.pod)
             if deployment and current:
                 current.revision = deployment["metadata"].get("annotations", {}).get(REVISION, "")
+
+    def stop(self, key: str) -> None:
+        """SIGTERM to the process of `key`, which no longer serves its pod (`reap` ends it), unless it
+        has exited on its own."""
+        running = self.running.pop(key)
+        code = running.process.poll()
+        if code is not None:
+            print(f"supervisor: {key}: process exited with {code}; starting it again", flush=True)
+            return
+        running.process.terminate()
+        grace = running.pod.pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+        now = time.monotonic()
+        self.stopping.append(Stopping(key, running.process, now, now + grace))
+
+    def reap(self) -> None:
+        """Forget the stopped processes that have ended; SIGKILL those past their grace period."""
+        for stopping in list(self.stopping):
+            took = time.monotonic() - stopping.since
+            if stopping.process.poll() is not None:
+                print(f"supervisor: {stopping.key}: old process ended {took:.1f} s after SIGTERM", flush=True)
+            elif time.monotonic() >= stopping.deadline:
+                stopping.process.kill()
+                stopping.process.wait()
+                print(
+                    f"supervisor: {stopping.key}: old process killed after its grace period ({took:.0f} s)",
+                    flush=True,
+                )
+            else:
+                continue
+            self.stopping.remove(stopping)
 
     def release(self) -> None:
         """Label the held pods (fleet.stand_in_hold_stage) that may become Ready: a stand-in's pod of
@@ -296,10 +344,21 @@ class LocalPods:
         path.chmod(0o600)
         return Path("/tmp/kubeconfig")
 
-    def stop_all(self) -> None:
-        for running in self.running.values():
-            terminate(running.process)
+    def stop_all(self, timeout: float = 10) -> None:
+        """Every process ended: SIGTERM to all at once, SIGKILL to those still running `timeout` later."""
+        processes = [r.process for r in self.running.values()] + [s.process for s in self.stopping]
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         self.running.clear()
+        self.stopping.clear()
 
 
 def local_ports(stand_in: StandIn, container: Obj) -> dict[int, int]:
@@ -387,12 +446,3 @@ def answers_readiness_probe(running: Running, stand_in: StandIn) -> bool:
             return 200 <= response.status < 400
     except (OSError, http.client.HTTPException):  # refused, timed out, or not HTTP: not ready
         return False
-
-
-def terminate(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
