@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.trainer.test_event_file import scalars
 from trainer.checkpoint import checkpoint_path
 
 pytestmark = pytest.mark.slow  # real trainer processes
@@ -21,16 +21,6 @@ PROGRESS = re.compile(
     r"^trainer: progress step +(\d+)/(\d+) +(\d+\.\d)% epoch (\d+)/(\d+) loss=\d+\.\d{4} lr=\S+ "
     r"samples/s=\d+ eta=(\d+s|\d+m\d\ds|\d+h\d\dm)$"
 )
-
-
-def scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar series in ``directory`` as TensorBoard shows it (purged steps dropped)."""
-    accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return {
-        tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
-        for tag in accumulator.Tags()["scalars"]
-    }
 
 
 def run_args(mnist_root: Path, ckpt: Path) -> list[str]:

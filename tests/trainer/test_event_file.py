@@ -23,7 +23,8 @@ def test_the_standard_crc32c_check_value() -> None:
     assert crc32c(b"123456789") == 0xE3069283  # CRC-32C's published check value
 
 
-def _series(directory: Path) -> dict[str, list[tuple[int, float]]]:
+def scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series in ``directory`` as TensorBoard shows it (purged steps dropped)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
@@ -39,7 +40,7 @@ def test_a_second_file_purges_the_steps_from_its_start_as_tensorboard_reads_them
     for step in range(1, 6):
         first.scalars({"train/loss": float(step), "test/accuracy": 0.5}, step)
     first.close()
-    assert _series(tmp_path) == {
+    assert scalars(tmp_path) == {
         "train/loss": [(step, float(step)) for step in range(1, 6)],
         "test/accuracy": [(step, 0.5) for step in range(1, 6)],
     }
@@ -48,7 +49,7 @@ def test_a_second_file_purges_the_steps_from_its_start_as_tensorboard_reads_them
     for step in (3, 4):
         again.scalars({"train/loss": 10.0 * step}, step)
     again.close()
-    assert _series(tmp_path) == {
+    assert scalars(tmp_path) == {
         "train/loss": [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)],
         "test/accuracy": [(1, 0.5), (2, 0.5)],
     }
