@@ -17,11 +17,11 @@ once. A fresh run (step 0) purges everything before it in the directory the same
 
 The file is what ``torch.utils.tensorboard.SummaryWriter(purge_step=...)`` writes, event for event
 (torch 2.13.0 ``torch/utils/tensorboard/writer.py``, ``_get_file_writer`` and ``add_scalar``;
-tensorboard 2.20.0 ``tensorboard/summary/writer/event_file_writer.py`` and ``record_writer.py``):
-the same ``Event`` protos from ``tensorboard.compat.proto``, framed as TFRecords. Importing that
-writer costs rank 0 about 0.2 s of start-up (it pulls in TensorBoard's summary ops, its TensorFlow
-stub, fsspec and boto3); the protos alone about 0.05 s. Each event is written and flushed as it
-comes, so a board shows a long epoch's points while it runs.
+tensorboard 2.20.0 ``tensorboard/summary/writer/event_file_writer.py`` and ``record_writer.py``): the
+same ``Event`` protos from ``tensorboard.compat.proto``, framed as TFRecords (the first event names this
+module as its writer). Importing that writer cost rank 0 about 0.15 s of start-up (it pulls in
+TensorBoard's summary ops, its TensorFlow stub, fsspec and boto3); the protos alone about 0.05 s. Each
+event is written and flushed as it comes, so a board shows a long epoch's points while it runs.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def record(data: bytes) -> bytes:
+def framed(data: bytes) -> bytes:
     """One TFRecord: little-endian length, its masked CRC, the data, the data's masked CRC."""
     header = struct.pack("<Q", len(data))
     return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
@@ -101,7 +101,7 @@ class EventFile:
         self.flush()
 
     def _write(self, event: Any) -> None:
-        self._file.write(record(event.SerializeToString()))
+        self._file.write(framed(event.SerializeToString()))
 
     def flush(self) -> None:
         self._file.flush()

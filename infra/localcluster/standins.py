@@ -168,7 +168,7 @@ class LocalPods:
         running = self.running.pop(key)
         code = running.process.poll()
         if code is not None:
-            print(f"supervisor: {key}: process exited with {code}; starting it again", flush=True)
+            print(f"supervisor: {key}: process exited with {code}", flush=True)
             return
         running.process.terminate()
         grace = running.pod.pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)

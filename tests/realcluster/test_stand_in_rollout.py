@@ -85,7 +85,7 @@ def test_a_process_that_exited_on_its_own_is_not_signalled_and_its_code_is_said(
     process.wait(5)
     pods.stop(STAND_IN.key)
     assert pods.stopping == [] and STAND_IN.key not in pods.running
-    assert "supervisor: ctl-system/ctl: process exited with 3; starting it again" in capsys.readouterr().out
+    assert "supervisor: ctl-system/ctl: process exited with 3\n" in capsys.readouterr().out
 
 
 def test_stop_all_ends_every_process_together_within_its_timeout(pods: LocalPods, tmp_path: Path) -> None:
