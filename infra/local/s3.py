@@ -40,6 +40,14 @@ WEED_PORTS = (
 )
 # S3 alone (no WebDAV gateway), and no usage reports to SeaweedFS's telemetry server (on by default).
 WEED_OFF = ("-webdav=false", "-master.telemetry=false", "-s3.port.iceberg=0", "-s3.port.lance=0")
+# Each bucket is a collection with volumes of its own, and `weed mini` allows as many volumes as the
+# disk's free space divided by the volume size, which it sets at a hundredth of the disk's size (up
+# to 1 GiB). A large disk with a few GiB free then held only a few buckets, and writes to the next one
+# failed with InternalError ("No writable volumes and no free volumes left"). Volumes are sparse
+# files, so a small size costs nothing: 1 GiB free holds 32 buckets. The value differs from mini's
+# default (128) on purpose: a mini.options file in the data directory overrides a flag at its default.
+VOLUME_SIZE_MB = 32
+WEED_SIZES = (f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",)
 
 
 class LocalS3Error(RuntimeError):
@@ -160,7 +168,7 @@ def _weed_command(weed: str, data_dir: Path, extra: list[str]) -> tuple[list[str
     s3_port = free_port()
     command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
     command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
-    return command + list(WEED_OFF) + extra, s3_port
+    return command + list(WEED_OFF) + list(WEED_SIZES) + extra, s3_port
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
