@@ -335,6 +335,8 @@ def _local_container(
     mounts, claims = _mounts(pod.spec, container, root, name)
     env = _localize_env(container_env(container, pod.manifest, secret_value), mounts, dns, master_port)
     env.setdefault("HOSTNAME", pod.spec.get("hostname") or name)  # what the kubelet sets
+    if "/tmp" in mounts:  # the container's /tmp is its emptyDir: temporary files (torchrun's logs) go there
+        env.setdefault("TMPDIR", str(mounts["/tmp"]))
     env.update(overrides)
     argv = [
         localize(expand(a, env), mounts) for a in [*container.get("command", []), *container.get("args", [])]
