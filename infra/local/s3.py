@@ -163,27 +163,39 @@ def identities_file(path: Path, key_id: str, secret: str, readers: tuple[tuple[s
     return path
 
 
-def _weed_command(weed: str, data_dir: Path, extra: list[str]) -> tuple[list[str], int]:
-    """`weed mini` on free loopback ports, and its S3 port."""
-    s3_port = free_port()
-    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={s3_port}"]
-    command += [f"-{flag}={free_port()}" for flag in WEED_PORTS]
-    return command + list(WEED_OFF) + list(WEED_SIZES) + extra, s3_port
+def _weed_command(weed: str, data_dir: Path, extra: list[str]) -> tuple[list[str], list[int]]:
+    """`weed mini` on free loopback ports, and those ports (its S3 port first)."""
+    ports = [free_port() for _ in range(1 + len(WEED_PORTS))]
+    command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+    command += [f"-{flag}={port}" for flag, port in zip(("s3.port", *WEED_PORTS), ports, strict=True)]
+    return command + list(WEED_OFF) + list(WEED_SIZES) + extra, ports
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+# `weed mini` also listens on Unix sockets named by its ports, always in /tmp, whatever TMPDIR says:
+# /tmp/seaweedfs-s3-<port>.sock (-s3.localSocket's default) and /tmp/seaweedfs-<part>-grpc-<port>.sock
+# (seaweedfs 4.44 `weed/command/mini.go`, `RegisterLocalGrpcSocket`). It removes some at exit but
+# not the S3, S3 gRPC and admin gRPC ones, so the stand-in removes those of its own ports.
+SOCKETS = Path("/tmp")
+
+
+def _stop(process: subprocess.Popen[bytes], ports: list[int]) -> None:
     process.terminate()
     try:
         process.wait(timeout=15)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    for port in ports:
+        for socket_path in SOCKETS.glob(f"seaweedfs-*-{port}.sock"):
+            if socket_path.is_socket():
+                socket_path.unlink(missing_ok=True)
 
 
 def _start_serving(
     weed: str, data_dir: Path, env: dict[str, str], key_id: str, secret: str, log: BinaryIO, options: Options
-) -> tuple[subprocess.Popen[bytes], LocalS3]:
-    """A started `weed mini` once it serves S3, started again on new ports when one was taken."""
+) -> tuple[subprocess.Popen[bytes], LocalS3, list[int]]:
+    """A started `weed mini` once it serves S3 (and its ports), started again on new ports when one was
+    taken."""
     log_path = data_dir / "weed.log"
     extra = []
     if options.tls:
@@ -192,18 +204,18 @@ def _start_serving(
         extra.append(f"-s3.config={identities_file(data_dir / 's3.json', key_id, secret, options.readers)}")
     scheme = "https" if options.tls else "http"
     for attempt in range(1, START_TRIES + 1):
-        command, s3_port = _weed_command(weed, data_dir, extra)
+        command, ports = _weed_command(weed, data_dir, extra)
         log.flush()
         started_at = log_path.stat().st_size
         process = subprocess.Popen(command, cwd=data_dir, env=env, stdout=log, stderr=log)
         ca = str(options.tls[0]) if options.tls else None  # a self-signed certificate is its own CA
-        server = LocalS3(f"{scheme}://127.0.0.1:{s3_port}", key_id, secret, ca)
+        server = LocalS3(f"{scheme}://127.0.0.1:{ports[0]}", key_id, secret, ca)
         try:
-            _wait_until_answers(s3_port, process, deadline_s=60)
+            _wait_until_answers(ports[0], process, deadline_s=60)
             _wait_until_serving(server, process, deadline_s=60)
-            return process, server
+            return process, server, ports
         except BaseException as error:
-            _stop(process)
+            _stop(process, ports)
             retry = isinstance(error, LocalS3Error) and attempt < START_TRIES
             if not (retry and PORT_TAKEN.search(_logged_since(log_path, started_at))):
                 raise
@@ -232,8 +244,10 @@ def local_s3(
     scratch.mkdir(exist_ok=True)
     env = {**os.environ, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret, "TMPDIR": str(scratch)}
     with (data_dir / "weed.log").open("ab") as log:
-        process, server = _start_serving(weed, data_dir, env, key_id, secret, log, options or Options())
+        process, server, ports = _start_serving(
+            weed, data_dir, env, key_id, secret, log, options or Options()
+        )
         try:
             yield server
         finally:
-            _stop(process)
+            _stop(process, ports)

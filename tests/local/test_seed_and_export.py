@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -130,9 +131,20 @@ def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_205(tmp_
     assert "[mnist-r1-" not in output  # the training job never starts
 
 
+def _weed_argv(data_dir: Path) -> list[str]:
+    """The command line of the `weed` process serving `data_dir`, read from /proc."""
+    (argv,) = [
+        cmdline.read_bytes().decode().split("\0")
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+        if f"-dir={data_dir}".encode() in cmdline.read_bytes().split(b"\0")
+    ]
+    return argv
+
+
 def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, monkeypatch):
     """SeaweedFS writes scratch volumes and its logs under $TMPDIR; the stand-in points that into its
-    own data directory, so a run leaves nothing in the machine's /tmp."""
+    own data directory. Its Unix sockets are always in /tmp, named by its ports; the stand-in removes
+    them once it stops. So a run leaves nothing in the machine's /tmp."""
     outside = tmp_path / "machine-tmp"
     outside.mkdir()
     monkeypatch.setenv("TMPDIR", str(outside))
@@ -141,8 +153,16 @@ def test_the_s3_stand_in_leaves_nothing_outside_its_data_directory(tmp_path, mon
         client.create_bucket(Bucket="scratch-check")
         client.put_object(Bucket="scratch-check", Key="k", Body=b"x" * 100_000)
         assert client.get_object(Bucket="scratch-check", Key="k")["Body"].read() == b"x" * 100_000
+        ports = [
+            arg.split("=")[1]
+            for arg in _weed_argv(tmp_path / "s3")
+            if re.match(r"-[\w.]*port(\.grpc)?=", arg)
+        ]
+        sockets = [p for port in ports for p in Path("/tmp").glob(f"seaweedfs-*-{port}.sock")]
+        assert any(p.name.startswith("seaweedfs-s3-") for p in sockets), sockets  # while it runs
     assert list(outside.iterdir()) == []
     assert any((tmp_path / "s3" / "tmp").iterdir())  # where they went instead
+    assert [p for p in sockets if p.exists()] == []
 
 
 def test_the_s3_stand_in_holds_more_buckets_than_the_disk_has_free_gib(tmp_path):
@@ -186,12 +206,7 @@ def test_the_s3_stand_in_serves_s3_alone_on_loopback_and_reports_nothing(tmp_pat
     """The `weed` process as it runs: bound to 127.0.0.1, no WebDAV gateway, telemetry off (SeaweedFS
     reports usage to its own server unless told not to)."""
     with local_s3(tmp_path / "s3"):
-        (argv,) = [
-            cmdline.read_bytes().split(b"\0")
-            for cmdline in Path("/proc").glob("[0-9]*/cmdline")
-            if f"-dir={tmp_path / 's3'}".encode() in cmdline.read_bytes().split(b"\0")
-        ]
-    flags = {arg.decode() for arg in argv}
+        flags = set(_weed_argv(tmp_path / "s3"))
     assert {"-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-webdav=false", "-master.telemetry=false"} <= flags
     log = (tmp_path / "s3" / "weed.log").read_text()
     assert "S3           ready" in log and "WebDAV       ready" not in log
