@@ -133,11 +133,15 @@ def test_seed_job_with_an_unreachable_source_is_retried_then_fails_with_205(tmp_
 
 def _weed_argv(data_dir: Path) -> list[str]:
     """The command line of the `weed` process serving `data_dir`, read from /proc."""
-    (argv,) = [
-        cmdline.read_bytes().decode().split("\0")
-        for cmdline in Path("/proc").glob("[0-9]*/cmdline")
-        if f"-dir={data_dir}".encode() in cmdline.read_bytes().split(b"\0")
-    ]
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # a process of another test that ended meanwhile
+            continue
+        if f"-dir={data_dir}" in argv:
+            found.append(argv)
+    (argv,) = found
     return argv
 
 
