@@ -89,6 +89,9 @@ class PodRun:
         self.proc: subprocess.Popen[str] | None = None
         self.returncode: int | None = None
         self.stopped = False
+        # Held while a container's process starts: a signal sent meanwhile waits for the process and
+        # reaches it, as it would a container the runtime is starting, instead of finding no process.
+        self.starting = threading.Lock()
         self.ended = False  # set once returncode is final, before the supervisor hears of it
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -115,17 +118,18 @@ class PodRun:
             sup.publish(pod, False)
 
     def _container(self, argv: list[str], env: dict[str, str], prefix: str) -> int:
-        if self.stopped:
-            return 137
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        with self.starting:
+            if self.stopped:
+                return 137
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.supervisor.tails[self.pod.name].append(line.rstrip())
@@ -140,7 +144,8 @@ class PodRun:
     def kill(self, sig: int) -> None:
         """Signal every process of the pod, as a container runtime does. torchrun starts its workers in
         sessions of their own, so the pod's process group alone would leave them running."""
-        self.stopped = True
+        with self.starting:
+            self.stopped = True
         if self.proc is None:
             return
         for pid in [self.proc.pid, *descendants(self.proc.pid)]:
@@ -151,7 +156,8 @@ class PodRun:
         """SIGTERM to the container's own process alone, as the kubelet's stop does (the runtime signals
         the container's PID 1; what it started hears of it from there): here the launcher, which
         passes it to torchrun's workers."""
-        self.stopped = True
+        with self.starting:
+            self.stopped = True
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGTERM)

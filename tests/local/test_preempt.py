@@ -8,16 +8,19 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from infra.local import supervisor as supervisor_module
 from infra.local.cli import main
 from infra.local.plan import JobPlan, PlanError
 from infra.local.preempt import Preempter, Preemption, parse_preemption
 from infra.local.stack import check_preemptions, report, run_plan
-from infra.local.supervisor import Supervisor
+from infra.local.supervisor import PodRun, Supervisor
 from infra.local.workloads import plan_stack
 from tests.infra.conftest import render_config
 from tests.local.seeding import seed_data_volume
@@ -131,6 +134,34 @@ def test_a_preempted_pod_is_replaced_without_counting_against_the_backoff(kind, 
     assert line.startswith(f"[local] pod {pod} preempted at step 5 (DisruptionTarget): exited with 143 ")
     assert line.endswith(f"within its 5s grace period; restarting in 0s {count}")
     assert "(0 pod restarts after failures, 1 after a preemption)" in output
+
+
+@pytest.mark.parametrize(("stop", "code"), [("terminate", 143), ("kill", 137)])
+def test_a_signal_sent_while_the_pods_process_starts_reaches_it(stop, code, tmp_path, monkeypatch):
+    """A preemption (SIGTERM) or the job's end (SIGKILL) that comes while the pod's process is being
+    started, as it can when the pod starts late on a loaded machine: the process gets the signal once
+    it exists. Lost, the pod ran on, and the job waited for it (`Popen` is made slow to open the window)."""
+    job = plan_stack(render_config({**SMALL, "jobNodes": 1}), tmp_path, {})
+    pod = job.pods[0]
+    pod.argv, pod.init = [sys.executable, *STAND_IN_FLAGS, "-c", "import time; time.sleep(60)"], []
+    starting, popen = threading.Event(), supervisor_module.subprocess.Popen
+
+    def slow_popen(*args, **kwargs):
+        starting.set()
+        threading.Event().wait(0.3)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor_module.subprocess, "Popen", slow_popen)
+    run = PodRun(pod, Supervisor(job, io.StringIO()))
+    assert starting.wait(10)
+    try:
+        run.terminate() if stop == "terminate" else run.kill(signal.SIGKILL)
+        run.wait(timeout=10)
+        assert run.poll() == code
+    finally:
+        if run.proc is not None and run.proc.poll() is None:
+            run.proc.kill()
+        run.wait(timeout=10)
 
 
 @pytest.mark.parametrize(
