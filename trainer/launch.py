@@ -42,6 +42,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -210,6 +211,35 @@ def _noting_exits(poll: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
     noted.notes_exits = True  # type: ignore[attr-defined]
     return noted
+
+
+def _deferring_signals(start: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """torch 2.13's ``MultiprocessContext._start``, with the agent's signals held until every rank is
+    forked, then raised again for torchrun's own handlers.
+
+    torchrun's handler raises ``SignalException`` wherever the launcher is. During the fork that is
+    inside the at-fork hooks (:func:`_after_fork_in_parent` unblocks the signals), where Python
+    prints the exception and drops it: the preemption's SIGTERM was lost, the launcher trained on, and
+    the kubelet's SIGKILL came after the grace period with nothing checkpointed. Between two forks
+    it left the ranks already forked unknown to the agent (``_pc`` is set once all are), which then
+    closed none of them. Here a signal during the start is only noted, and raised once the agent
+    knows every rank."""
+
+    def deferred(context: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return start(context)  # handlers can only be set on the main thread; torchrun set none
+        noted: list[int] = []
+        handlers = {number: signal.signal(number, lambda n, _: noted.append(n)) for number in _AGENT_SIGNALS}
+        try:
+            return start(context)
+        finally:
+            for number, handler in handlers.items():
+                signal.signal(number, signal.SIG_DFL if handler is None else handler)
+            for signum in dict.fromkeys(noted):
+                signal.raise_signal(signum)
+
+    deferred.defers_signals = True  # type: ignore[attr-defined]
+    return deferred
 
 
 def exit_code_note(exit_code: int) -> str:
@@ -392,10 +422,13 @@ def forked_rank(*argv: str) -> None:
       ``queue_finished_reading_event.wait()``); should another rank fail meanwhile (rank 0's export,
       say), the launcher ends this one with SIGTERM. SIGTERM is made fatal again first: the
       trainer's handler (:mod:`trainer.preempt`) only records it, which kept a finished rank, and the
-      pod, until the SIGKILL ``--shutdown-timeout`` (30 s) later.
+      pod, until the SIGKILL ``--shutdown-timeout`` (30 s) later. A SIGTERM it recorded after the
+      last agreement (the run's last steps, evaluation or export: the agent closing the ranks for a
+      preemption) ends it the same way, once its results are written.
     """
     import torch
 
+    from trainer import preempt
     from trainer.__main__ import exit_code, exit_process
 
     _name_process(f"trainer-r{os.environ.get('RANK', '')}")
@@ -411,6 +444,8 @@ def forked_rank(*argv: str) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.stdout.flush()
     sys.stderr.flush()
+    if preempt.REQUEST.requested:  # came after the last agreement: the agent is closing the ranks
+        signal.raise_signal(signal.SIGTERM)
 
 
 def fork_config(parsed: argparse.Namespace) -> tuple[Any, list[str]]:
@@ -463,6 +498,8 @@ def run_torchrun(parsed: argparse.Namespace, fork: bool, ahead: read_ahead.ReadA
     FORKED_EXITS.clear()
     if not getattr(MultiprocessContext._poll, "notes_exits", False):
         setattr(MultiprocessContext, "_poll", _noting_exits(MultiprocessContext._poll))  # noqa: B010
+    if not getattr(MultiprocessContext._start, "defers_signals", False):
+        setattr(MultiprocessContext, "_start", _deferring_signals(MultiprocessContext._start))  # noqa: B010
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(_OneLineFailures())
     os.register_at_fork(
         before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -320,3 +322,99 @@ def test_the_pinned_torch_counts_devices_by_nvml_where_the_launcher_relies_on_it
     assert callable(torch.cuda._device_count_nvml)
     assert "_nvml_based_avail()" in inspect.getsource(torch.cuda.is_available)
     assert "torch.cuda.is_available()" in inspect.getsource(LaunchConfig.__post_init__)
+
+
+# A process that stands in for torchrun's agent at the start of its ranks: torchrun's handler (raise
+# wherever the process is), the launcher's at-fork hooks, and a start that forks two ranks. SIGTERM
+# comes during the first fork (a hook registered before the launcher's sends it once the launcher's
+# has blocked it: it is pending when the parent's hook unblocks it) or between the two forks. It prints
+# how many ranks were forked when the signal raised, or "lost".
+_FORKING_AGENT = """
+import os, signal, sys, time
+from trainer import launch
+
+class SignalException(Exception):
+    pass
+
+def handler(number, frame):
+    raise SignalException(number)
+
+when, wrapped = sys.argv[1], sys.argv[2] == "wrapped"
+sent = []
+def during_the_fork():
+    if when == "in-fork" and not sent:
+        sent.append(os.kill(os.getpid(), signal.SIGTERM))
+os.register_at_fork(before=during_the_fork)
+os.register_at_fork(
+    before=launch._before_fork,
+    after_in_parent=launch._after_fork_in_parent,
+    after_in_child=launch._after_fork_in_child,
+)
+signal.signal(signal.SIGTERM, handler)
+ranks = []
+def start(context):
+    for rank in range(2):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        ranks.append(pid)
+        if when == "between-forks" and not sent:
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+try:
+    (launch._deferring_signals(start) if wrapped else start)(None)
+    outcome = "lost"
+except SignalException:
+    outcome = f"raised after {len(ranks)} forks"
+for pid in ranks:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print(outcome)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("when", "unwrapped"), [("in-fork", "lost"), ("between-forks", "raised after 1 forks")]
+)
+def test_a_sigterm_while_the_ranks_are_forked_reaches_the_agent_once_all_are(when, unwrapped):
+    """torch's start of the ranks, as the launcher wraps it: the signal raises in torchrun's handler
+    after the last fork, with every rank forked (known to the agent, which closes them). Unwrapped,
+    the contrast: in a fork the signal is lost, between two forks it leaves the second rank unforked
+    and the first unknown."""
+
+    def outcome(how: str) -> str:
+        command = [sys.executable, "-c", _FORKING_AGENT, when, how]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+        return done.stdout.strip()
+
+    assert outcome("unwrapped") == unwrapped
+    assert outcome("wrapped") == "raised after 2 forks"
+
+
+_FINISHED_RANK = """
+import os, signal
+import trainer.__main__
+from trainer import launch, preempt
+
+def finished(argv):
+    preempt.install()
+    os.kill(os.getpid(), signal.SIGTERM)  # the agent's, during the run's last stretch: only recorded
+    return 0
+
+trainer.__main__.exit_code = finished
+launch.forked_rank()
+print("returned", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_recorded_after_the_last_agreement_ends_the_finished_rank():
+    """A forked rank whose run finished after the agent's SIGTERM was recorded (too late for the
+    ranks to agree on a stop) dies of it once its results are written, instead of waiting in torch's
+    wrapper for the agent, which is closing the ranks, until the SIGKILL 30 s later. The trainer's run
+    is a stand-in here; the rank's code around it is the launcher's."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FINISHED_RANK], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout) == (-15, "")
