@@ -30,8 +30,12 @@ Exit codes: `EXIT_CODE_MEANINGS` below (`--help` and docs/reference/exit-codes.m
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from infra.epilog import exit_codes_epilog
 from infra.local.plan import PlanError
@@ -42,7 +46,7 @@ from infra.local.stack import run_stack
 from infra.local.workloads import PodsRefused
 from infra.stackconfig import ROOT, StackNotFound
 
-EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 1, 2, 130
+EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 130, 143
 # Every exit code of the command and its meaning: `--help` lists them, and docs/reference/exit-codes.md
 # is generated from them (python -m infra.reference).
 EXIT_CODE_MEANINGS = {
@@ -52,7 +56,28 @@ EXIT_CODE_MEANINGS = {
     EXIT_CONFIG: "bad flags, bad stack config, unknown stack, a job that cannot run locally, a `--preempt` "
     "naming no pod of the job, or a local S3 stand-in's bucket that could not be filled with MNIST",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_TERMINATED: "terminated (SIGTERM, as a CI job's timeout sends), after stopping what it started",
 }
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the command, raised where it is: every pod, server and stand-in it started is then
+    stopped on the way out, as at Ctrl-C. Python's default for SIGTERM ends the process at once, and
+    they ran on (pods and servers are in sessions of their own, so they never got the signal)."""
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the clean-up short
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_run() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def at_least_one(text: str) -> int:
@@ -147,16 +172,17 @@ def main(argv: list[str] | None = None) -> int:
     overrides = dict(e.split("=", 1) for e in args.env)
     try:
         serving = ServeOptions(port=args.serve_port, keep_serving=args.keep_serving)
-        _, result = run_stack(
-            args.stack,
-            args.workdir,
-            args.timeout,
-            overrides,
-            cpu=args.cpu,
-            serving=serving,
-            train_limit=args.train_limit,
-            preemptions=tuple(args.preempt),
-        )
+        with _sigterm_stops_the_run():
+            _, result = run_stack(
+                args.stack,
+                args.workdir,
+                args.timeout,
+                overrides,
+                cpu=args.cpu,
+                serving=serving,
+                train_limit=args.train_limit,
+                preemptions=tuple(args.preempt),
+            )
     except ServeFailed as exc:
         print(f"local: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -168,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             "\n".join([f"local: {exc}", *(f"local: refused {line}" for line in exc.lines)]), file=sys.stderr
         )
         return EXIT_FAILED
+    except Terminated:
+        print("local: terminated (SIGTERM): every pod and server it started is stopped", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0 if result.succeeded else EXIT_FAILED

@@ -301,7 +301,7 @@ class LocalDeployment:
         pod = ServerPod(plan, self.out, self.lock, self.cwd)
         try:
             pod.wait_ready(self.ready_timeout)
-        except ServeFailed:
+        except BaseException:  # not Ready, or the run interrupted meanwhile: not left running
             pod.stop()
             raise
         self.service.add(pod)
@@ -335,8 +335,17 @@ class LocalDeployment:
             raise ServeFailed(f"server pod {pod.plan.name} exited with {code} on SIGTERM (expected 0)")
 
     def stop(self) -> None:
+        """Every pod retired in turn. One that fails to, or a stop interrupted (Ctrl-C, SIGTERM), still
+        leaves none running: the first error is raised once all are stopped."""
+        errors: list[BaseException] = []
         for pod in list(self.pods):
-            self._retire(pod)
+            try:
+                self._retire(pod)
+            except BaseException as error:
+                pod.stop()
+                errors.append(error)
+        if errors:
+            raise errors[0]
 
 
 @contextlib.contextmanager

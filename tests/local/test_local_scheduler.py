@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -455,3 +456,62 @@ def test_the_training_set_size_is_the_trainer_s():
     from trainer.finished import MNIST_TRAIN_IMAGES as TRAINER_S
 
     assert MNIST_TRAIN_IMAGES == TRAINER_S
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` now, from /proc (pods run in sessions of their own, still its children)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_local_run_stops_every_process_it_started_and_exits_143(tmp_path):
+    """A CI job's timeout or cancel sends SIGTERM: the run stops its pods, the S3 stand-in and whatever
+    they started before it exits, as at Ctrl-C. Python's default ended the command alone, and the
+    training pods ran on, writing to the PVC directories."""
+    command = [sys.executable, "-m", "infra.local", "--stack", "dev", "--workdir", str(tmp_path)]
+    process = subprocess.Popen(
+        [*command, "--train-limit", "256"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert process.stdout is not None
+    started: set[int] = set()
+    try:
+        for line in process.stdout:
+            if line.startswith("[mnist-r1-"):  # a training pod's own output: it runs
+                started = _descendants(process.pid)
+                break
+        process.send_signal(signal.SIGTERM)
+        rest = process.communicate(timeout=90)[0]
+        assert process.returncode == 143, rest
+        assert rest.rstrip().endswith(
+            "local: terminated (SIGTERM): every pod and server it started is stopped"
+        )
+        assert len(started) >= 2  # the S3 stand-in and a training pod at least
+        assert [pid for pid in sorted(started) if _running(pid)] == []
+    finally:
+        process.kill()
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

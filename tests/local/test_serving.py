@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from infra.local import cli
+from infra.local import cli, serve
 from infra.local.evaluate import infer_body, load_test_set
 from infra.local.serve import (
     LocalDeployment,
     ServeFailed,
     ServerPlan,
+    ServerPod,
     local_service,
 )
 from infra.local.serve_stack import ServeOptions, serve_model
@@ -32,6 +33,7 @@ from infra.review.cluster import cluster_view
 from infra.review.manifest import render
 from infra.stackconfig import load_stack
 from tests.infra.conftest import render_config
+from tests.runcount import STAND_IN_FLAGS
 from tests.serve.conftest import train
 from tests.trainer.conftest import SHARED_MNIST, subprocess_env
 
@@ -248,3 +250,51 @@ def test_a_taken_service_port_gives_way_unless_the_user_chose_it():
         refused = rf"^--serve-port={port}: cannot listen on 127.0.0.1:{port} "
         with pytest.raises(ServeFailed, match=refused), local_service(port, chosen=True):
             pass
+
+
+def _stand_in_server(name: str, on_sigterm: int) -> ServerPlan:
+    """A server pod's process that never gets Ready and exits `on_sigterm` on SIGTERM (no model, no HTTP)."""
+    script = (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGTERM, lambda *_: sys.exit({on_sigterm}))\n"
+        "print('up', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    return ServerPlan(name, [sys.executable, *STAND_IN_FLAGS, "-c", script], {})
+
+
+def test_a_server_pod_interrupted_before_it_is_ready_is_not_left_running(monkeypatch):
+    """Ctrl-C (or the run's SIGTERM) while a new server pod is waited for: that pod is stopped too,
+    though it is not yet one of the deployment's pods (it ran on, in a session of its own)."""
+    started = []
+
+    def interrupted(pod, timeout):
+        started.append(pod)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ServerPod, "wait_ready", interrupted)
+    with local_service(0) as service:
+        deployment = LocalDeployment(service, io.StringIO(), Path.cwd(), ready_timeout=120)
+        with pytest.raises(KeyboardInterrupt):
+            deployment.start([_stand_in_server("mnist-serve-r1-0", on_sigterm=0)])
+    (pod,) = started
+    assert pod.proc.poll() is not None
+
+
+def test_stopping_the_deployment_stops_every_pod_when_one_fails_to_stop_cleanly(monkeypatch):
+    """One pod exiting 3 on SIGTERM is reported (the first error, raised at the end); the pods after
+    it are still stopped, not left serving. (No endpoint lag: no request is in flight here.)"""
+    monkeypatch.setattr(serve, "ENDPOINT_LAG_S", 0)
+    with local_service(0) as service:
+        out = io.StringIO()
+        deployment = LocalDeployment(service, out, Path.cwd(), ready_timeout=120)
+        plans = [_stand_in_server(f"mnist-serve-r1-{i}", on_sigterm=code) for i, code in enumerate((3, 0))]
+        pods = [ServerPod(plan, out, deployment.lock, Path.cwd()) for plan in plans]
+        deployment.pods.extend(pods)
+        deadline = time.monotonic() + 30
+        while not all("up" in pod.tail for pod in pods) and time.monotonic() < deadline:
+            time.sleep(0.02)  # their handlers are set
+        with pytest.raises(ServeFailed, match="server pod mnist-serve-r1-0 exited with 3 on SIGTERM"):
+            deployment.stop()
+    assert [pod.proc.poll() for pod in pods] == [3, 0]
+    assert deployment.pods == []
