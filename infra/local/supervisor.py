@@ -52,6 +52,9 @@ class JobResult:
 
 
 TICK_S = 0.2  # the supervisor's longest wait between two looks at its pods
+# A container whose command cannot be started (no such executable, say) ends with the kubelet's
+# StartError and exit code 128 ("failed to create containerd task: ... executable file not found").
+START_ERROR = 128
 _OWN_ERROR = re.compile(r"^(?:python -m )?(?:trainer[\w.]*|launch)(?::| error:)")
 _LAUNCH_SUMMARY = re.compile(r"^launch: worker rank \d+ failed")
 
@@ -99,6 +102,9 @@ class PodRun:
     def _run(self) -> None:
         try:
             self._containers()
+        except OSError as error:  # its command could not be started: the kubelet's StartError, exit 128
+            self.supervisor.say(f"[local] pod {self.pod.name}: its container could not start: {error}")
+            self.returncode = START_ERROR
         finally:
             self.ended = True
             self.supervisor.changed.set()  # the supervisor acts on the end at once, not at its next tick
@@ -244,11 +250,12 @@ class Supervisor:
                 if run is None or run.poll() is not None or preemption.pod in self.preempting:
                     self.preempter.put_back(preemption)
                     continue
-                run.terminate()
                 grace = run.pod.grace_seconds
+                # Noted before the signal: the main loop may see the pod end before this thread goes on.
                 self.preempting[preemption.pod] = Preempting(
                     preemption, self.preempter.step, time.monotonic(), grace
                 )
+                run.terminate()
                 print(
                     f"[local] preempting pod {preemption.pod} (--preempt {preemption}, at step "
                     f"{self.preempter.step}): SIGTERM to its process, SIGKILL to what is left after its "

@@ -282,3 +282,17 @@ def test_a_pod_stopped_with_the_job_for_a_preempted_peer_is_replaced_uncounted(k
     assert result.succeeded, out.getvalue()
     assert "the podFailurePolicy ignores exit code 201, not counted" in out.getvalue()
     assert result.restarts == 0
+
+
+def test_a_pod_whose_command_cannot_start_fails_with_128_at_once(tmp_path):
+    """As the kubelet's StartError: the pod ends with 128 and the job's rules apply (here no retry), the
+    same moment, not at the job's deadline (the pod counted as running)."""
+    job = plan_stack(render_config({**SMALL, "jobNodes": 1, "jobRestartPolicy": "Never"}), tmp_path, {})
+    job.pods[0].argv, job.pods[0].init = [str(tmp_path / "no-such-command")], []
+    out = io.StringIO()
+    result = Supervisor(job, out, restart_delay=0.05).run(30)
+    assert not result.succeeded
+    assert result.reason.startswith("pod mnist-r1-master-0 exited with 128 "), result.reason
+    assert result.seconds < 10
+    line = "[local] pod mnist-r1-master-0: its container could not start: [Errno 2] No such file"
+    assert line in out.getvalue()
