@@ -34,7 +34,9 @@ where it was not (:class:`trainer.errors.StoppedWithPeersError`), which every jo
 schedule, and ends with the same model as a run never stopped.
 
 A signal after the last agreement of the last epoch (its final steps, its evaluation, the results)
-is not acted on: the run finishes and its ranks exit 0, about as fast as a stop would have.
+is not acted on: the run finishes, about as fast as a stop would have, and its results are written.
+A rank forked from the launcher then ends of the signal at once (:func:`trainer.launch.forked_rank`):
+the agent that sent it is closing the ranks and reads no result.
 """
 
 from __future__ import annotations
