@@ -120,6 +120,7 @@ class ServerPod:
         ports = [f"--port={self.port}", *([f"--health-port={self.probe_port}"] if plan.health_port else [])]
         self.out, self.lock = out, lock
         self.tail: deque[str] = deque(maxlen=40)
+        self.terminated = False  # SIGTERM sent: the kubelet sends one, then SIGKILL after the grace period
         self.proc = subprocess.Popen(
             [*plan.argv, f"--host={LOCALHOST}", *ports],
             env=plan.env,
@@ -162,8 +163,10 @@ class ServerPod:
         raise ServeFailed(f"server pod {self.plan.name} not Ready on {READY_PATH} within {timeout:.0f}s")
 
     def terminate(self) -> None:
-        """SIGTERM, as the kubelet sends when the pod is deleted."""
-        if self.proc.poll() is None:
+        """SIGTERM, as the kubelet sends when the pod is deleted: once. A second one came while the
+        server drained (`_retire` signals first and stops it later)."""
+        if not self.terminated and self.proc.poll() is None:
+            self.terminated = True
             self.proc.send_signal(signal.SIGTERM)
 
     def stop(self, grace: float = 30) -> int:
