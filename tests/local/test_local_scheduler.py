@@ -499,7 +499,7 @@ def test_sigterm_to_a_local_run_stops_every_process_it_started_and_exits_143(tmp
     started: set[int] = set()
     try:
         for line in process.stdout:
-            if line.startswith("[mnist-r1-"):  # a training pod's own output: it runs
+            if line.startswith("[mnist-r1-worker-0] launch: "):  # its launcher runs (and waits for the run)
                 started = _descendants(process.pid)
                 break
         process.send_signal(signal.SIGTERM)
@@ -508,7 +508,7 @@ def test_sigterm_to_a_local_run_stops_every_process_it_started_and_exits_143(tmp
         assert rest.rstrip().endswith(
             "local: terminated (SIGTERM): every pod and server it started is stopped"
         )
-        assert len(started) >= 2  # the S3 stand-in and a training pod at least
+        assert len(started) >= 2  # the S3 stand-in and that launcher at least
         assert [pid for pid in sorted(started) if _running(pid)] == []
     finally:
         process.kill()
