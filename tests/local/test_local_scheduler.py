@@ -18,7 +18,7 @@ import pytest
 
 from infra.local.plan import JobPlan
 from infra.local.stack import report, run_plan
-from infra.local.supervisor import Supervisor
+from infra.local.supervisor import Supervisor, descendants
 from infra.local.workloads import plan_stack
 from infra.review.manifest import Rendering
 from tests.infra.conftest import render_config
@@ -337,8 +337,6 @@ FROZEN_TIMEOUT = 10  # seconds, as in tests/trainer/test_peer_lost_processes.py:
 
 def _rank_process(supervisor: Supervisor, pod: str, rank: int) -> int | None:
     """The trainer process of global `rank` under a pod."""
-    from infra.local.supervisor import descendants
-
     run = supervisor.procs[pod]
     if run.proc is None:
         return None
@@ -458,24 +456,8 @@ def test_the_training_set_size_is_the_trainer_s():
     assert MNIST_TRAIN_IMAGES == TRAINER_S
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below `pid` now, from /proc (pods run in sessions of their own, still its children)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
 def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie stays until its new parent reaps it)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
@@ -500,7 +482,7 @@ def test_sigterm_to_a_local_run_stops_every_process_it_started_and_exits_143(tmp
     try:
         for line in process.stdout:
             if line.startswith("[mnist-r1-worker-0] launch: "):  # its launcher runs (and waits for the run)
-                started = _descendants(process.pid)
+                started = set(descendants(process.pid))
                 break
         process.send_signal(signal.SIGTERM)
         rest = process.communicate(timeout=90)[0]
