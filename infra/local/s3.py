@@ -48,6 +48,11 @@ WEED_OFF = ("-webdav=false", "-master.telemetry=false", "-s3.port.iceberg=0", "-
 # default (128) on purpose: a mini.options file in the data directory overrides a flag at its default.
 VOLUME_SIZE_MB = 32
 WEED_SIZES = (f"-master.volumeSizeLimitMB={VOLUME_SIZE_MB}",)
+# On SIGTERM mini's volume server stops its heartbeats, then waits -volume.preStopSeconds (1 s in
+# mini) so that a master elsewhere stops sending it writes before it closes (seaweedfs
+# `weed/command/volume.go`, its interrupt hook). Here the master stops in the same process and S3
+# stops before the volume server, so nothing is left to send writes: no wait.
+WEED_STOP = ("-volume.preStopSeconds=0",)
 
 
 class LocalS3Error(RuntimeError):
@@ -168,7 +173,7 @@ def _weed_command(weed: str, data_dir: Path, extra: list[str]) -> tuple[list[str
     ports = [free_port() for _ in range(1 + len(WEED_PORTS))]
     command = [weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
     command += [f"-{flag}={port}" for flag, port in zip(("s3.port", *WEED_PORTS), ports, strict=True)]
-    return command + list(WEED_OFF) + list(WEED_SIZES) + extra, ports
+    return command + list(WEED_OFF) + list(WEED_SIZES) + list(WEED_STOP) + extra, ports
 
 
 # `weed mini` also listens on Unix sockets named by its ports, always in /tmp, whatever TMPDIR says:
