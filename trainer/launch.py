@@ -533,7 +533,14 @@ def launch(argv: Sequence[str]) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
-    fatal = Path(tempfile.mkdtemp(prefix="launch-fatal-"))
+    # The launcher's own directory, removed when it ends: the ranks' fatal-error records and, unless
+    # --log-dir names one, torchrun's log directory with its per-rank error files (torchrun's default,
+    # a new torchelastic_* directory in the temp directory, outlived every run).
+    scratch = Path(tempfile.mkdtemp(prefix="launch-"))
+    fatal = scratch / "fatal"
+    fatal.mkdir()
+    if not parsed.log_dir:
+        parsed.log_dir = str(scratch / "torchelastic")
     os.environ[FATAL_DIR_ENV] = str(fatal)  # the workers' environment is a copy of ours
     try:
         fork = forks_ranks(parsed, options.rank_start)
@@ -560,7 +567,7 @@ def launch(argv: Sequence[str]) -> int:
         report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}{said}")
         return code
     finally:
-        shutil.rmtree(fatal, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
