@@ -459,11 +459,16 @@ def fork_config(parsed: argparse.Namespace) -> tuple[Any, list[str]]:
     try:
         config, _python, command_args = config_from_args(parsed)
     finally:
-        if before is None:
-            os.environ.pop(NVML_CHECK_ENV, None)
-        else:
-            os.environ[NVML_CHECK_ENV] = before
+        _restore_env(NVML_CHECK_ENV, before)
     return config, list(command_args)
+
+
+def _restore_env(key: str, value: str | None) -> None:
+    """``key`` in this process's environment as it was (``value``; None: unset)."""
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
 
 
 def run_torchrun(parsed: argparse.Namespace, fork: bool, ahead: read_ahead.ReadAhead | None = None) -> None:
@@ -541,6 +546,7 @@ def launch(argv: Sequence[str]) -> int:
     fatal.mkdir()
     if not parsed.log_dir:
         parsed.log_dir = str(scratch / "torchelastic")
+    fatal_dir_before = os.environ.get(FATAL_DIR_ENV)
     os.environ[FATAL_DIR_ENV] = str(fatal)  # the workers' environment is a copy of ours
     try:
         fork = forks_ranks(parsed, options.rank_start)
@@ -567,6 +573,7 @@ def launch(argv: Sequence[str]) -> int:
         report(f"worker rank {rank} failed with exit code {code}{exit_code_note(code)}{said}")
         return code
     finally:
+        _restore_env(FATAL_DIR_ENV, fatal_dir_before)  # for a caller in this process (the tests)
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from infra.local.ports import free_port
+from trainer.errors import FATAL_DIR_ENV
 from trainer.launch import LaunchError, failure_exit_code, unexpanded_reference, wait_for_master
 
 
@@ -161,7 +163,12 @@ def test_child_exit_code_survives_torchrun(procs: Any, tmp_path: Path) -> None:
     ],
 )
 def test_what_torchrun_raises_keeps_the_retry_rule(
-    raised: str, expected: int, line: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    raised: str,
+    expected: int,
+    line: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A preemption's SIGTERM and a failed rendezvous are retryable (>= 128), not a traceback and 1."""
     import signal
@@ -182,8 +189,14 @@ def test_what_torchrun_raises_keeps_the_retry_rule(
         raise errors[raised]
 
     monkeypatch.setattr("trainer.launch.run_torchrun", run)
+    monkeypatch.delenv(FATAL_DIR_ENV, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert main(["--", "--nnodes=1", "--nproc-per-node=1", "-m", "trainer"]) == expected
     assert capsys.readouterr().err.splitlines()[-1].startswith(line)
+    # Called in-process, it leaves the caller's environment and temp directory as they were: processes
+    # the caller starts later must not write records into a directory that is gone.
+    assert FATAL_DIR_ENV not in os.environ
+    assert list(tmp_path.iterdir()) == []
 
 
 def _finished_run(ckpt: Path, epochs: int, world_size: int, train_limit: int) -> None:
@@ -231,7 +244,7 @@ def test_a_node_of_a_finished_run_starts_no_torchrun(
 
 
 def test_a_rank_leaves_its_line_only_for_a_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.errors import FATAL_DIR_ENV, record_fatal, recorded_cause, recorded_fatal
+    from trainer.errors import record_fatal, recorded_cause, recorded_fatal
 
     monkeypatch.delenv(FATAL_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
