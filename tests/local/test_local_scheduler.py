@@ -91,12 +91,12 @@ def test_two_node_job_trains_to_a_real_accuracy(kind, tmp_path):
     assert (job.output_dir / "model.pt").stat().st_size > 10_000
     assert job.output_dir == (tmp_path / "pvc" / "ddp-mnist-checkpoints" / "mnist-r1").resolve()
     assert "world_size=2" in output and "Succeeded" in output
-    # torchrun's log directory is a temporary one: under each pod's /tmp (its emptyDir), as in a
-    # container, not in the machine's /tmp, where nothing would remove it
-    logs = sorted(
-        p.relative_to(tmp_path / "pods").parts[:2] for p in (tmp_path / "pods").glob("*/tmp/torchelastic_*")
-    )
-    assert logs == sorted((pod.name, "tmp") for pod in job.pods)
+    # The launcher's temporary files (the ranks' fatal records, torchrun's log directory) go to each
+    # pod's /tmp (its emptyDir), as in a container, not to the machine's /tmp; it removes them at its end.
+    for pod in job.pods:
+        tmp = (tmp_path / "pods" / pod.name / "tmp").resolve()
+        assert pod.env["TMPDIR"] == str(tmp)
+        assert sorted(p.name for p in tmp.iterdir() if p.name.startswith(("launch-", "torchelastic_"))) == []
     if kind == "pytorchjob":  # the operator's init container ran first, against the local name map
         assert (
             "[local] pytorchjob mnist-r1: pod mnist-r1-worker-0, node rank 1; init containers init-pytorch first"
