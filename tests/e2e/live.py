@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from typing import Any
 
 Obj = dict[str, Any]
@@ -103,11 +102,3 @@ def read_files(namespace: str, image: str, claims: dict[str, str], paths: list[s
 
 def events(namespace: str) -> list[Obj]:
     return items("events", namespace)
-
-
-def wait_gone(kind: str, name: str, namespace: str, timeout_s: int = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while exists(kind, name, namespace):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{kind}/{name} in {namespace} still exists after {timeout_s}s")
-        time.sleep(5)
