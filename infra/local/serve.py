@@ -340,15 +340,15 @@ class LocalDeployment:
     def stop(self) -> None:
         """Every pod retired in turn. One that fails to, or a stop interrupted (Ctrl-C, SIGTERM), still
         leaves none running: the first error is raised once all are stopped."""
-        errors: list[BaseException] = []
+        first: BaseException | None = None
         for pod in list(self.pods):
             try:
                 self._retire(pod)
             except BaseException as error:
                 pod.stop()
-                errors.append(error)
-        if errors:
-            raise errors[0]
+                first = first or error
+        if first is not None:
+            raise first
 
 
 @contextlib.contextmanager
